@@ -1,0 +1,1 @@
+//! Benchmarks for arrow-shards live in `benches/`; this library is empty on purpose.

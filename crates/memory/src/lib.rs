@@ -1,0 +1,48 @@
+//! Memory accounting for arrow-shards: pools, self-releasing reservations, and the one function
+//! that counts a batch's bytes.
+//!
+//! Everything that holds Arrow data on behalf of a shuffle (the buffer's memory tier, batches in
+//! flight to disk, segments decoded on read) reserves its bytes from a [`MemoryPool`] through a
+//! [`MemoryReservation`], which gives its bytes back when dropped. Bytes are counted by
+//! **distinct allocation** ([`sizing`]): a 10-row slice of a large batch costs the allocation it
+//! keeps alive, and an array used twice costs once.
+//!
+//! Principal types, in the order data meets them:
+//! - [`sizing::batch_memory_size`]: the bytes a batch keeps alive, each allocation once.
+//! - [`AllocationSet`]: the same count across many batches, so shards sliced from one input batch
+//!   are charged once for the buffer as a whole.
+//! - [`MemoryPool`] with [`BoundedPool`] and [`UnboundedPool`]; one pool may be shared by several
+//!   buffers (several shuffles in one process share one budget).
+//! - [`MemoryReservation`]: `try_grow`, `grow`, `shrink`, `free`; releases on drop.
+//! - [`ReleaseSignal`]: how waiters (async or blocking) learn that a pool has room again.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow_array::{Int32Array, RecordBatch};
+//! use arrow_shards_memory::{BoundedPool, MemoryPool, MemoryReservation, sizing::batch_memory_size};
+//!
+//! let batch = RecordBatch::try_from_iter([(
+//!     "a",
+//!     Arc::new(Int32Array::from((0..1000).collect::<Vec<i32>>())) as _,
+//! )])
+//! .unwrap();
+//! let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(1 << 20));
+//! let mut reservation = MemoryReservation::new(&pool);
+//! reservation.try_grow(batch_memory_size(&batch)).unwrap();
+//! assert!(pool.reserved() >= 4000);
+//! drop(reservation);
+//! assert_eq!(pool.reserved(), 0);
+//! ```
+
+mod allocation_set;
+mod error;
+mod pool;
+mod release_signal;
+mod reservation;
+pub mod sizing;
+
+pub use allocation_set::AllocationSet;
+pub use error::MemoryExhausted;
+pub use pool::{BoundedPool, MemoryPool, UnboundedPool};
+pub use release_signal::ReleaseSignal;
+pub use reservation::MemoryReservation;
