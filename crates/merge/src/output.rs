@@ -142,3 +142,84 @@ impl Coalescing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int32Array, RecordBatch};
+    use arrow_shards_memory::{MemoryPool, UnboundedPool};
+
+    use super::*;
+
+    fn input(pool: &Arc<dyn MemoryPool>, first: i32, rows: i32, bytes: usize) -> Charged {
+        let values = Int32Array::from_iter_values(first..first + rows);
+        let batch = RecordBatch::try_from_iter([("v", Arc::new(values) as _)]).unwrap();
+        let mut charge = MemoryReservation::new(pool);
+        charge.grow(bytes);
+        Charged { batch, charge }
+    }
+
+    #[test]
+    fn charges_follow_the_last_row_of_each_input() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedPool::new());
+        let first = input(&pool, 0, 3, 1);
+        let mut out = Output::new(first.batch.schema_ref(), Some(4));
+        out.push(first).unwrap();
+        out.push(input(&pool, 3, 3, 10)).unwrap();
+        out.push(input(&pool, 6, 2, 100)).unwrap();
+        assert_eq!(pool.reserved(), 111);
+        // rows 0..4 hold all of the first input and part of the second
+        assert_eq!(out.pop().unwrap().num_rows(), 4);
+        assert_eq!(pool.reserved(), 110);
+        // rows 4..8 finish the second and the third
+        assert_eq!(out.pop().unwrap().num_rows(), 4);
+        assert_eq!(pool.reserved(), 0);
+        assert!(out.pop().is_none());
+    }
+
+    #[test]
+    fn a_big_batch_flushes_what_is_buffered_then_passes_whole() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedPool::new());
+        let small = input(&pool, 0, 3, 1);
+        let mut out = Output::new(small.batch.schema_ref(), Some(4));
+        out.push(small).unwrap();
+        let big = input(&pool, 3, 9, 10);
+        let big_column = Arc::clone(big.batch.column(0));
+        out.push(big).unwrap();
+        assert_eq!(out.pop().unwrap().num_rows(), 3);
+        assert_eq!(pool.reserved(), 10);
+        let passed = out.pop().unwrap();
+        assert!(Arc::ptr_eq(passed.column(0), &big_column));
+        assert_eq!(pool.reserved(), 0);
+        out.finish().unwrap();
+        assert!(out.pop().is_none());
+    }
+
+    #[test]
+    fn pass_through_switch_waits_for_buffered_rows() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedPool::new());
+        let a = input(&pool, 0, 3, 0);
+        let mut out = Output::new(a.batch.schema_ref(), Some(4));
+        out.push(a).unwrap();
+        out.pass_through_if_idle();
+        assert!(out.coalescer.is_some());
+        out.push(input(&pool, 3, 1, 0)).unwrap();
+        assert_eq!(out.pop().unwrap().num_rows(), 4);
+        out.pass_through_if_idle();
+        assert!(out.coalescer.is_none());
+    }
+
+    #[test]
+    fn clear_releases_buffered_and_ready_charges() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedPool::new());
+        let a = input(&pool, 0, 3, 5);
+        let mut out = Output::new(a.batch.schema_ref(), Some(4));
+        out.push(a).unwrap();
+        out.push(input(&pool, 3, 8, 7)).unwrap();
+        assert_eq!(pool.reserved(), 12);
+        out.clear();
+        assert_eq!(pool.reserved(), 0);
+        assert!(out.pop().is_none());
+    }
+}
