@@ -76,6 +76,11 @@ impl MergeState {
         Some(next)
     }
 
+    /// True if some segment's read has not been started.
+    pub(crate) fn has_unlaunched(&self) -> bool {
+        !self.unlaunched.is_empty()
+    }
+
     /// Segments decoded or being decoded: the one being taken apart plus those in flight.
     pub(crate) fn segments_held(&self) -> usize {
         self.in_flight + usize::from(self.current.is_some())

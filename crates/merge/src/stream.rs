@@ -69,7 +69,7 @@ impl MergeStream {
 
     /// Starts reads until `1 + read_ahead` segments are held or in flight.
     fn launch(&mut self) -> Result<(), ArrowError> {
-        while self.state.segments_held() < 1 + self.read_ahead {
+        while self.state.segments_held() < 1 + self.read_ahead && self.state.has_unlaunched() {
             let runtime = match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => runtime,
                 Err(e) => {
