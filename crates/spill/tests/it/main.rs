@@ -1,0 +1,4 @@
+//! Integration tests of `arrow-shards-spill`.
+
+mod common;
+mod round_trip;
