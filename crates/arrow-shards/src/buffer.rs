@@ -1,10 +1,11 @@
 //! The [`ShardBuffer`] handle: lifecycle (seal, finish, close), reads and metrics.
-//! Writes are in [`crate::write`].
+//! Writes are in [`crate::write`], the background spiller in [`crate::spiller`].
 //!
 //! # Locking
 //! One `Mutex<State>` ([`crate::state`]) guards partitions and accounting; counters touched by
 //! readers are atomics outside it. Lock order: `State`, then the pool's release signal (taken
-//! inside `MemoryPool::shrink`). Nothing blocks, spawns, sends or does I/O under `State`.
+//! inside `MemoryPool::shrink`). Nothing blocks, spawns, sends or does I/O under `State`; the
+//! spiller's thread handle has its own mutex, never taken together with `State`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,10 +14,13 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use arrow_shards_memory::{MemoryPool, MemoryReservation};
 
-use crate::builder::Config;
+use arrow_shards_spill::{SpillDir, SpillError};
+
+use crate::builder::{Config, SpillConfig};
 use crate::read::PartitionReader;
-use crate::state::State;
-use crate::{Error, Metrics, ShardBufferBuilder};
+use crate::spiller::{SpillSide, Spiller};
+use crate::state::{PartitionSize, State};
+use crate::{ConfigError, Error, Metrics, ShardBufferBuilder};
 
 /// A memory-budgeted buffer of Arrow record batches, each tagged with an output partition.
 ///
@@ -32,6 +36,8 @@ use crate::{Error, Metrics, ShardBufferBuilder};
 #[derive(Debug, Clone)]
 pub struct ShardBuffer {
     pub(crate) shared: Arc<Shared>,
+    /// The spiller thread, stopped when the last handle goes (readers do not keep it).
+    pub(crate) spiller: Option<Arc<Spiller>>,
 }
 
 /// State shared by every clone of a buffer and by its readers.
@@ -43,6 +49,7 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) state: Mutex<State>,
     pub(crate) counters: Counters,
+    pub(crate) spill: Option<SpillSide>,
 }
 
 /// Counters updated outside the state lock.
@@ -93,20 +100,43 @@ impl ShardBuffer {
         num_partitions: u32,
         pool: Arc<dyn MemoryPool>,
         config: Config,
-    ) -> Self {
+        spill: Option<SpillConfig>,
+    ) -> Result<Self, ConfigError> {
         let reservation = MemoryReservation::new(&pool);
         let state = Mutex::new(State::new(num_partitions, reservation));
-        let shared = Shared {
+        let spill = match spill {
+            Some(config) => {
+                let dir = SpillDir::create(&config.root)
+                    .map_err(|e| ConfigError::SpillDir(Arc::new(e)))?;
+                Some(SpillSide::new(dir, config))
+            }
+            None => None,
+        };
+        let has_spill = spill.is_some();
+        let shared = Arc::new(Shared {
             schema,
             num_partitions,
             pool,
             config,
             state,
             counters: Counters::default(),
+            spill,
+        });
+        let spiller = if has_spill {
+            let spiller = Spiller::start(Arc::clone(&shared)).map_err(|source| {
+                let path = "arrow-shards-spiller thread".into();
+                ConfigError::SpillDir(Arc::new(SpillError::Io { path, source }))
+            })?;
+            Some(Arc::new(spiller))
+        } else {
+            None
         };
-        Self {
-            shared: Arc::new(shared),
-        }
+        Ok(Self { shared, spiller })
+    }
+
+    /// The private spill directory, if spilling is on.
+    pub fn spill_dir(&self) -> Option<&std::path::Path> {
+        self.shared.spill.as_ref().map(|s| s.dir.path())
     }
 
     /// The schema every batch is written and read with.
@@ -150,14 +180,14 @@ impl ShardBuffer {
     ///
     /// The reader yields the partition's batches in write order (per producer); a partition that
     /// got no data reads as empty. Memory goes back to the pool as the reader hands batches over.
+    ///
+    /// Spilled segments come first, in spill order, then batches in memory, so each producer's
+    /// write order holds across spills. A read racing a spill of the same partition takes the
+    /// batches being spilled back from memory; the spill's copy is discarded.
     pub fn read(&self, partition: u32) -> Result<PartitionReader, Error> {
         self.shared.check_partition(partition)?;
-        let (batches, reservation) = self.shared.lock().take_for_read(partition)?;
-        Ok(PartitionReader::new(
-            Arc::clone(&self.shared),
-            batches,
-            reservation,
-        ))
+        let taken = self.shared.lock().take_for_read(partition)?;
+        Ok(PartitionReader::new(Arc::clone(&self.shared), taken))
     }
 
     /// A snapshot of the buffer's counters.
@@ -180,29 +210,58 @@ impl ShardBuffer {
             rows_read: counters.rows_read.load(Ordering::Relaxed),
             partitions_read: state.partitions_read,
             write_wait: Duration::from_nanos(counters.write_wait_nanos.load(Ordering::Relaxed)),
+            bytes_spilled: state.bytes_spilled,
+            spill_error: state.spill_error.as_ref().map(|e| e.to_string()),
+            ..self.spill_metrics()
         }
     }
 
-    /// Shuts the buffer: refuses everything afterwards, drops batches nobody read, and returns
-    /// the final metrics after checking that the reservation matches the bytes held (a mismatch
-    /// is reported as [`Error::AccountingMismatch`], a bug). Readers already handed out keep
-    /// working. Closing twice is harmless.
-    pub fn close(&self) -> Result<Metrics, Error> {
-        let mut state = self.shared.lock();
-        state.check_balance()?;
-        let metrics = self.metrics_of(&state);
-        if !state.closed {
-            state.closed = true;
-            let dropped: Vec<_> = state
-                .partitions
-                .iter_mut()
-                .flat_map(|p| std::mem::take(&mut p.batches))
-                .collect();
-            for stored in &dropped {
-                state.allocations.remove(&stored.allocations);
-            }
-            state.reservation.free();
+    fn spill_metrics(&self) -> Metrics {
+        let Some(side) = &self.shared.spill else {
+            return Metrics::default();
+        };
+        let m = side.dir.metrics();
+        Metrics {
+            bytes_on_disk: m.bytes_on_disk,
+            bytes_written_to_disk: m.bytes_written,
+            spill_runs: m.runs,
+            spill_files: m.files_created,
+            spill_time: m.write_time,
+            spill_read_time: m.read_time,
+            ..Metrics::default()
         }
-        Ok(metrics)
+    }
+
+    /// Per-partition sizes in memory and on disk (a scan of all partitions: for diagnostics).
+    pub fn partition_sizes(&self) -> Vec<PartitionSize> {
+        self.shared.lock().partition_sizes()
+    }
+
+    /// Shuts the buffer: stops the spiller (after the round it is on), refuses everything
+    /// afterwards, drops batches nobody read, removes the spill directory, and returns the final
+    /// metrics after checking that the reservation matches the bytes held (a mismatch is
+    /// [`Error::AccountingMismatch`], a bug). If a spill failed, its error is returned instead,
+    /// after the same clean-up. Readers already handed out keep their memory batches; their
+    /// segments not yet read fail with an I/O error naming the removed file. Closing twice is
+    /// harmless.
+    pub fn close(&self) -> Result<Metrics, Error> {
+        if let Some(spiller) = &self.spiller {
+            spiller.stop();
+        }
+        let (metrics, drained, spill_error) = {
+            let mut state = self.shared.lock();
+            state.check_balance()?;
+            let metrics = self.metrics_of(&state);
+            state.closed = true;
+            (metrics, state.drain_all(), state.spill_error.clone())
+        };
+        drop(drained);
+        if let Some(side) = &self.shared.spill {
+            side.dir.close().map_err(|e| Error::Spill(Arc::new(e)))?;
+        }
+        match spill_error {
+            Some(error) => Err(Error::Spill(error)),
+            None => Ok(metrics),
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! Errors of the buffer. A refused write always hands its batch back ([`WriteError`]).
 
+use std::sync::Arc;
+
 use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;
+use arrow_shards_spill::SpillError;
 use thiserror::Error;
 
 /// Why the buffer refused an operation.
@@ -55,6 +58,13 @@ pub enum Error {
         /// The partition asked for.
         partition: u32,
     },
+    /// Spilling to disk failed; spilling is paused and the batches it was writing stayed in
+    /// memory. A write that would have to wait for room gets this with its batch back.
+    #[error("spilling failed: {0}")]
+    Spill(Arc<SpillError>),
+    /// A background thread of the buffer died (a bug in arrow-shards).
+    #[error("internal error: {0} (a bug in arrow-shards)")]
+    Internal(&'static str),
     /// The bytes the pool holds for this buffer differ from the bytes its batches hold.
     /// This is a bug in arrow-shards; please report it.
     #[error(
@@ -119,7 +129,7 @@ impl WriteError {
 }
 
 /// A builder setting that cannot work.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, Error)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// `num_partitions` was 0.
@@ -128,6 +138,9 @@ pub enum ConfigError {
     /// Both a memory limit and a pool were given.
     #[error("with_memory_limit and with_memory_pool are exclusive: size the pool instead")]
     LimitAndPool,
+    /// The spill directory could not be created.
+    #[error("cannot create the spill directory: {0}")]
+    SpillDir(Arc<SpillError>),
     /// A setting is outside its range.
     #[error("{setting} = {value} is invalid: {why}")]
     Invalid {

@@ -49,14 +49,20 @@ mod error;
 mod metrics;
 mod read;
 mod schema_check;
+mod spiller;
 mod state;
 mod write;
 
 pub use arrow_shards_memory::{
     BoundedPool, MemoryExhausted, MemoryPool, MemoryReservation, UnboundedPool,
 };
+pub use arrow_shards_spill::{Compression, SpillError};
 pub use buffer::ShardBuffer;
-pub use builder::ShardBufferBuilder;
+pub use builder::{
+    DEFAULT_MAX_SPILL_ROUND_BYTES, DEFAULT_READ_BATCH_ROWS, DEFAULT_SPILL_TARGET,
+    DEFAULT_SPILL_THRESHOLD, ShardBufferBuilder,
+};
 pub use error::{ConfigError, Error, WriteError};
 pub use metrics::Metrics;
 pub use read::PartitionReader;
+pub use state::PartitionSize;

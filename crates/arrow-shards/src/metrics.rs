@@ -28,4 +28,20 @@ pub struct Metrics {
     pub partitions_read: u64,
     /// Total time writers spent waiting for memory.
     pub write_wait: Duration,
+    /// In-memory bytes (each batch's own size) that went to disk.
+    pub bytes_spilled: u64,
+    /// Bytes in spill files that exist now.
+    pub bytes_on_disk: u64,
+    /// Bytes written to spill files so far (files since deleted included).
+    pub bytes_written_to_disk: u64,
+    /// Spill runs completed.
+    pub spill_runs: u64,
+    /// Spill files created.
+    pub spill_files: u64,
+    /// Time the spiller spent encoding and writing.
+    pub spill_time: Duration,
+    /// Time readers spent reading, verifying and decoding segments.
+    pub spill_read_time: Duration,
+    /// The spill failure that paused spilling, if any.
+    pub spill_error: Option<String>,
 }

@@ -1,10 +1,14 @@
-//! Writing batches: validation, charging the pool, and waiting for room.
+//! Writing batches: validation, charging the pool, waking the spiller, waiting for room.
 //!
 //! A write is checked (partition, schema) and sized outside the lock, then inserted under it in
 //! one step: a batch is either stored whole or not at all, so dropping an async `write` while it
 //! waits loses nothing and leaks no reservation. Waiting uses the pool's
 //! [`ReleaseSignal`](arrow_shards_memory::ReleaseSignal): take its epoch (or enable its `Notified`
 //! future), try, and wait only if the try failed, so no release is missed.
+//!
+//! With spilling on, a write that does not fit wakes the spiller (saying how much it needs) and
+//! waits for it; a batch larger than the whole limit goes to disk directly through the spiller;
+//! once a spill has failed, a write that would have to wait gets that error with its batch back.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -20,17 +24,33 @@ use crate::{Error, ShardBuffer, WriteError};
 enum Attempt {
     Done,
     /// No room now; the batch is back for another try.
-    Full(Error, Stored),
+    Full {
+        error: Error,
+        needed: usize,
+        stored: Stored,
+    },
+}
+
+/// How a write proceeds after `prepare`.
+enum Plan {
+    /// A valid zero-row batch: accepted, stored nowhere.
+    Nothing,
+    /// Into memory, waiting for room if needed.
+    Memory(Stored),
+    /// Larger than the whole limit: straight to disk.
+    Disk(Stored),
 }
 
 impl ShardBuffer {
-    /// Writes `batch` to `partition`, waiting without blocking the runtime thread while memory is
-    /// full (as configured; see [`ShardBufferBuilder`](crate::ShardBufferBuilder)).
+    /// Writes `batch` to `partition`, waiting without blocking the runtime thread while memory
+    /// is full (for the spiller, or up to `with_write_timeout`).
     ///
     /// Dropping the future while it waits leaves the buffer as if the write never happened.
     pub async fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
-        let Some(mut stored) = self.prepare(partition, batch)? else {
-            return Ok(());
+        let mut stored = match self.prepare(partition, batch)? {
+            Plan::Nothing => return Ok(()),
+            Plan::Memory(stored) => stored,
+            Plan::Disk(stored) => return self.write_direct_async(partition, stored).await,
         };
         let deadline = self
             .shared
@@ -41,19 +61,25 @@ impl ShardBuffer {
             let notified = self.shared.pool.release_signal().notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            let error = match self.attempt(partition, stored) {
-                Ok(Attempt::Done) => return Ok(()),
-                Ok(Attempt::Full(error, back)) => {
-                    stored = back;
-                    error
-                }
-                Err(e) => return Err(e),
-            };
-            let Some(deadline) = deadline else {
-                return Err(WriteError::new(partition, error, stored.batch));
+            stored = match self.attempt(partition, stored)? {
+                Attempt::Done => return Ok(()),
+                Attempt::Full {
+                    error,
+                    needed,
+                    stored,
+                } => match self.may_wait(error, needed) {
+                    Ok(()) => stored,
+                    Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
+                },
             };
             let waiting = Instant::now();
-            let woken = tokio::time::timeout_at(deadline, notified).await.is_ok();
+            let woken = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, notified).await.is_ok(),
+                None => {
+                    notified.await;
+                    true
+                }
+            };
             self.record_wait(waiting);
             if !woken {
                 // One last try: the release may have come with the deadline.
@@ -62,27 +88,30 @@ impl ShardBuffer {
         }
     }
 
-    /// Writes `batch` to `partition`, parking the thread while memory is full (as configured).
-    /// Do not call it from an async task; use [`write`](Self::write) there.
+    /// Writes `batch` to `partition`, parking the thread while memory is full (for the spiller,
+    /// or up to `with_write_timeout`). Do not call it from an async task; use
+    /// [`write`](Self::write) there.
     pub fn write_blocking(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
-        let Some(mut stored) = self.prepare(partition, batch)? else {
-            return Ok(());
+        let mut stored = match self.prepare(partition, batch)? {
+            Plan::Nothing => return Ok(()),
+            Plan::Memory(stored) => stored,
+            Plan::Disk(stored) => return self.write_direct_blocking(partition, stored),
         };
         let deadline = self.shared.config.write_timeout.map(|t| Instant::now() + t);
         let signal = self.shared.pool.release_signal();
         loop {
             let epoch = signal.epoch();
-            let error = match self.attempt(partition, stored) {
-                Ok(Attempt::Done) => return Ok(()),
-                Ok(Attempt::Full(error, back)) => {
-                    stored = back;
-                    error
-                }
-                Err(e) => return Err(e),
+            stored = match self.attempt(partition, stored)? {
+                Attempt::Done => return Ok(()),
+                Attempt::Full {
+                    error,
+                    needed,
+                    stored,
+                } => match self.may_wait(error, needed) {
+                    Ok(()) => stored,
+                    Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
+                },
             };
-            if deadline.is_none() {
-                return Err(WriteError::new(partition, error, stored.batch));
-            }
             let waiting = Instant::now();
             let woken = signal.wait_blocking(epoch, deadline);
             self.record_wait(waiting);
@@ -92,17 +121,17 @@ impl ShardBuffer {
         }
     }
 
-    /// Writes `batch` to `partition` if it fits now; never waits.
+    /// Writes `batch` to `partition` if it fits in memory now; never waits and never writes to
+    /// disk itself (a refusal does wake the spiller, so a later try may fit).
     pub fn try_write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
-        let Some(stored) = self.prepare(partition, batch)? else {
-            return Ok(());
-        };
-        self.last_try(partition, stored)
+        match self.prepare(partition, batch)? {
+            Plan::Nothing => Ok(()),
+            Plan::Memory(stored) | Plan::Disk(stored) => self.last_try(partition, stored),
+        }
     }
 
-    /// Checks partition and schema and sizes the batch; `None` for a valid zero-row batch,
-    /// which is accepted and stored nowhere.
-    fn prepare(&self, partition: u32, batch: RecordBatch) -> Result<Option<Stored>, WriteError> {
+    /// Checks partition and schema and sizes the batch.
+    fn prepare(&self, partition: u32, batch: RecordBatch) -> Result<Plan, WriteError> {
         if let Err(e) = self.shared.check_partition(partition) {
             return Err(WriteError::new(partition, e, batch));
         }
@@ -110,34 +139,113 @@ impl ShardBuffer {
             .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
         if batch.num_rows() == 0 {
             return match self.shared.lock().check_writable(partition) {
-                Ok(()) => Ok(None),
+                Ok(()) => Ok(Plan::Nothing),
                 Err(e) => Err(WriteError::new(partition, e, batch)),
             };
         }
         let allocations = batch_allocations(&batch);
         let size = allocations.iter().map(|a| a.capacity).sum();
-        Ok(Some(Stored {
+        let stored = Stored {
             batch,
             allocations,
             size,
-        }))
+        };
+        let oversized =
+            self.spiller.is_some() && self.shared.pool.limit().is_some_and(|limit| size > limit);
+        Ok(if oversized {
+            Plan::Disk(stored)
+        } else {
+            Plan::Memory(stored)
+        })
     }
 
+    /// One try under the lock; wakes the spiller when the pool is past its threshold.
     fn attempt(&self, partition: u32, stored: Stored) -> Result<Attempt, WriteError> {
-        match self.shared.lock().try_insert(partition, stored) {
-            Ok(()) => Ok(Attempt::Done),
-            Err((error @ Error::MemoryExhausted { .. }, stored)) => {
-                Ok(Attempt::Full(error, stored))
+        let result = self.shared.lock().try_insert(partition, stored);
+        match result {
+            Ok(()) => {
+                self.wake_spiller_if_over_threshold();
+                Ok(Attempt::Done)
             }
+            Err((error @ Error::MemoryExhausted { needed, .. }, stored)) => Ok(Attempt::Full {
+                error,
+                needed,
+                stored,
+            }),
             Err((error, stored)) => Err(WriteError::new(partition, error, stored.batch)),
+        }
+    }
+
+    /// Whether a write refused for memory may wait: with spilling, after waking the spiller,
+    /// unless spilling has failed; without, only with a write timeout.
+    fn may_wait(&self, error: Error, needed: usize) -> Result<(), Error> {
+        match (&self.spiller, &self.shared.spill) {
+            (Some(spiller), Some(side)) => {
+                if let Some(failed) = self.shared.lock().spill_error.clone() {
+                    return Err(Error::Spill(failed));
+                }
+                spiller.wake(side, needed);
+                Ok(())
+            }
+            _ if self.shared.config.write_timeout.is_some() => Ok(()),
+            _ => Err(error),
+        }
+    }
+
+    fn wake_spiller_if_over_threshold(&self) {
+        if let (Some(spiller), Some(side)) = (&self.spiller, &self.shared.spill)
+            && self.shared.pool.reserved() >= side.config.threshold_bytes
+        {
+            spiller.wake(side, 0);
         }
     }
 
     fn last_try(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
         match self.attempt(partition, stored)? {
             Attempt::Done => Ok(()),
-            Attempt::Full(error, stored) => Err(WriteError::new(partition, error, stored.batch)),
+            Attempt::Full {
+                error,
+                needed,
+                stored,
+            } => {
+                if let (Some(spiller), Some(side)) = (&self.spiller, &self.shared.spill) {
+                    spiller.wake(side, needed);
+                }
+                Err(WriteError::new(partition, error, stored.batch))
+            }
         }
+    }
+
+    fn write_direct_blocking(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
+        let spiller = self
+            .spiller
+            .as_ref()
+            .expect("Plan::Disk only with a spiller");
+        let keep = stored.batch.clone();
+        let reply = spiller.direct(partition, stored)?;
+        reply.blocking_recv().unwrap_or_else(|_| {
+            Err(WriteError::new(
+                partition,
+                Error::Internal("the spiller thread stopped"),
+                keep,
+            ))
+        })
+    }
+
+    async fn write_direct_async(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
+        let spiller = self
+            .spiller
+            .as_ref()
+            .expect("Plan::Disk only with a spiller");
+        let keep = stored.batch.clone();
+        let reply = spiller.direct(partition, stored)?;
+        reply.await.unwrap_or_else(|_| {
+            Err(WriteError::new(
+                partition,
+                Error::Internal("the spiller thread stopped"),
+                keep,
+            ))
+        })
     }
 
     fn record_wait(&self, since: Instant) {

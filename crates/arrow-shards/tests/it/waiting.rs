@@ -23,6 +23,7 @@ fn size() -> usize {
 fn blocked_writer_is_released_by_a_read() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 2)
         .with_memory_limit(size())
+        .with_spill_disabled()
         .with_write_timeout(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -43,6 +44,7 @@ fn blocked_writer_is_released_by_a_read() {
 fn blocked_writer_times_out_with_its_batch() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
         .with_memory_limit(size())
+        .with_spill_disabled()
         .with_write_timeout(Duration::from_millis(30))
         .build()
         .unwrap();
@@ -57,10 +59,12 @@ fn async_writer_is_released_by_another_buffer_on_the_same_pool() {
     let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(size()));
     let other = ShardBuffer::builder(batch(1).schema(), 1)
         .with_memory_pool(pool.clone())
+        .with_spill_disabled()
         .build()
         .unwrap();
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
         .with_memory_pool(pool)
+        .with_spill_disabled()
         .with_write_timeout(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -90,6 +94,7 @@ fn async_writer_is_released_by_another_buffer_on_the_same_pool() {
 fn dropping_a_waiting_write_leaves_nothing_behind() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
         .with_memory_limit(size())
+        .with_spill_disabled()
         .with_write_timeout(Duration::from_secs(60))
         .build()
         .unwrap();
