@@ -134,6 +134,17 @@ impl ShardBuffer {
         Ok(Self { shared, spiller })
     }
 
+    /// Makes chosen file operations of the spill directory fail (tests of error paths).
+    /// Returns `false` if spilling is off.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn set_spill_fault_plan(&self, plan: arrow_shards_spill::FaultPlan) -> bool {
+        self.shared
+            .spill
+            .as_ref()
+            .map(|s| s.dir.set_fault_plan(plan))
+            .is_some()
+    }
+
     /// The private spill directory, if spilling is on.
     pub fn spill_dir(&self) -> Option<&std::path::Path> {
         self.shared.spill.as_ref().map(|s| s.dir.path())

@@ -16,6 +16,8 @@ pub const DEFAULT_SPILL_THRESHOLD: f64 = 0.8;
 pub const DEFAULT_SPILL_TARGET: f64 = 0.6;
 /// Default most in-memory bytes one spill round writes.
 pub const DEFAULT_MAX_SPILL_ROUND_BYTES: usize = 64 << 20;
+/// Default most in-memory bytes in one spilled segment (a reader decodes one segment at a time).
+pub const DEFAULT_SPILL_SEGMENT_BYTES: usize = 4 << 20;
 /// Default rows per batch handed out by readers.
 pub const DEFAULT_READ_BATCH_ROWS: usize = 8192;
 
@@ -34,6 +36,7 @@ pub struct ShardBufferBuilder {
     spill_threshold: f64,
     spill_target: f64,
     max_spill_round_bytes: usize,
+    spill_segment_bytes: usize,
     spill_options: SpillOptions,
 }
 
@@ -51,6 +54,7 @@ pub(crate) struct SpillConfig {
     pub(crate) threshold_bytes: usize,
     pub(crate) target_bytes: usize,
     pub(crate) max_round_bytes: usize,
+    pub(crate) segment_bytes: usize,
     pub(crate) options: SpillOptions,
 }
 
@@ -68,6 +72,7 @@ impl ShardBufferBuilder {
             spill_threshold: DEFAULT_SPILL_THRESHOLD,
             spill_target: DEFAULT_SPILL_TARGET,
             max_spill_round_bytes: DEFAULT_MAX_SPILL_ROUND_BYTES,
+            spill_segment_bytes: DEFAULT_SPILL_SEGMENT_BYTES,
             spill_options: SpillOptions::default(),
         }
     }
@@ -155,6 +160,17 @@ impl ShardBufferBuilder {
         self
     }
 
+    /// The most in-memory bytes in one spilled segment: a partition's batches in one round are
+    /// split into segments of at most this size (a larger batch is a segment of its own). A
+    /// reader decodes one segment at a time, so this bounds how far a read may take the pool
+    /// past its limit (see `docs/memory-accounting.md`).
+    ///
+    /// Default: 4 MiB.
+    pub fn with_spill_segment_bytes(mut self, bytes: usize) -> Self {
+        self.spill_segment_bytes = bytes;
+        self
+    }
+
     /// Compression of spilled data.
     ///
     /// Default: [`Compression::None`] (compression is slower than this project's disks; see
@@ -201,6 +217,9 @@ impl ShardBufferBuilder {
         if self.max_spill_round_bytes == 0 {
             return Err(invalid("max_spill_round_bytes", 0, "must be at least 1"));
         }
+        if self.spill_segment_bytes == 0 {
+            return Err(invalid("spill_segment_bytes", 0, "must be at least 1"));
+        }
         let config = Config {
             write_timeout: self.write_timeout,
             read_batch_rows: self.read_batch_rows,
@@ -211,6 +230,7 @@ impl ShardBufferBuilder {
                 threshold_bytes: fraction_of(limit, self.spill_threshold),
                 target_bytes: fraction_of(limit, self.spill_target),
                 max_round_bytes: self.max_spill_round_bytes,
+                segment_bytes: self.spill_segment_bytes,
                 options: self.spill_options,
             }),
             _ => None,

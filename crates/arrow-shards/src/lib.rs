@@ -59,8 +59,8 @@ pub use arrow_shards_memory::{
 pub use arrow_shards_spill::{Compression, SpillError};
 pub use buffer::ShardBuffer;
 pub use builder::{
-    DEFAULT_MAX_SPILL_ROUND_BYTES, DEFAULT_READ_BATCH_ROWS, DEFAULT_SPILL_TARGET,
-    DEFAULT_SPILL_THRESHOLD, ShardBufferBuilder,
+    DEFAULT_MAX_SPILL_ROUND_BYTES, DEFAULT_READ_BATCH_ROWS, DEFAULT_SPILL_SEGMENT_BYTES,
+    DEFAULT_SPILL_TARGET, DEFAULT_SPILL_THRESHOLD, ShardBufferBuilder,
 };
 pub use error::{ConfigError, Error, WriteError};
 pub use metrics::Metrics;

@@ -205,7 +205,10 @@ impl State {
     /// Picks the largest partitions until `want` bytes are chosen (at least one partition if any
     /// can be spilled), marks their batches in flight under a new ticket and returns clones of
     /// them to write.
-    pub(crate) fn start_spill(&mut self, want: usize) -> (u64, Vec<(u32, Vec<RecordBatch>)>) {
+    pub(crate) fn start_spill(
+        &mut self,
+        want: usize,
+    ) -> (u64, Vec<(u32, Vec<(RecordBatch, usize)>)>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let mut chosen = Vec::new();
@@ -225,7 +228,10 @@ impl State {
             bytes += size;
             chosen.push((
                 partition,
-                p.batches.iter().map(|s| s.batch.clone()).collect(),
+                p.batches
+                    .iter()
+                    .map(|s| (s.batch.clone(), s.size))
+                    .collect(),
             ));
         }
         (ticket, chosen)
@@ -233,7 +239,10 @@ impl State {
 
     /// Starts spilling exactly `partition`'s batches (for a direct write of an oversized batch).
     /// `None` if it is being spilled already.
-    pub(crate) fn start_spill_of(&mut self, partition: u32) -> Option<(u64, Vec<RecordBatch>)> {
+    pub(crate) fn start_spill_of(
+        &mut self,
+        partition: u32,
+    ) -> Option<(u64, Vec<(RecordBatch, usize)>)> {
         let ticket = self.next_ticket;
         let p = &mut self.partitions[partition as usize];
         if p.in_flight.is_some() {
@@ -247,21 +256,27 @@ impl State {
             bytes: p.bytes,
         });
         p.bytes = 0;
-        Some((ticket, p.batches.iter().map(|s| s.batch.clone()).collect()))
+        Some((
+            ticket,
+            p.batches
+                .iter()
+                .map(|s| (s.batch.clone(), s.size))
+                .collect(),
+        ))
     }
 
     /// Completes a spill of `partition` under `ticket`: its in-flight batches leave memory and
-    /// `segment` joins its segments. If a read took the partition meanwhile, nothing changes and
-    /// the segment is handed back to be dropped (after unlock).
+    /// `segments` join its segments. If a read took the partition meanwhile, nothing changes and
+    /// the segments are handed back to be dropped (after unlock).
     pub(crate) fn commit_spill(
         &mut self,
         partition: u32,
         ticket: u64,
-        segment: SegmentRef,
-    ) -> Option<SegmentRef> {
+        segments: Vec<SegmentRef>,
+    ) -> Vec<SegmentRef> {
         let p = &mut self.partitions[partition as usize];
         let Some(flight) = p.in_flight.filter(|f| f.ticket == ticket) else {
-            return Some(segment);
+            return segments;
         };
         p.in_flight = None;
         let freed: usize = p
@@ -270,10 +285,10 @@ impl State {
             .map(|s| self.allocations.remove(&s.allocations))
             .sum();
         self.bytes_spilled += flight.bytes as u64;
-        p.segments.push(segment);
+        p.segments.extend(segments);
         self.victims.update(partition, 0, p.bytes);
         self.reservation.shrink(freed);
-        None
+        Vec::new()
     }
 
     /// Undoes a failed spill of `partition`: its batches simply stay in memory.

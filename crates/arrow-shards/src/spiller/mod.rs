@@ -199,8 +199,8 @@ fn round(shared: &Shared, side: &SpillSide) -> bool {
         let mut state = shared.lock();
         match result {
             Ok(segments) => {
-                for ((partition, _), segment) in chosen.iter().zip(segments) {
-                    voided.extend(state.commit_spill(*partition, ticket, segment));
+                for (partition, segments) in segments {
+                    voided.extend(state.commit_spill(partition, ticket, segments));
                 }
                 true
             }
@@ -221,16 +221,37 @@ fn round(shared: &Shared, side: &SpillSide) -> bool {
     ok
 }
 
+/// Writes one run: each partition's batches as segments of at most `segment_bytes` (or one
+/// batch, if a batch is larger), so a reader never decodes more than that at once.
 fn write_run(
     side: &SpillSide,
-    chosen: &[(u32, Vec<RecordBatch>)],
-) -> Result<Vec<SegmentRef>, SpillError> {
-    let schema = chosen[0].1[0].schema();
+    chosen: &[(u32, Vec<(RecordBatch, usize)>)],
+) -> Result<Vec<(u32, Vec<SegmentRef>)>, SpillError> {
+    let schema = chosen[0].1[0].0.schema();
     let mut run = side.dir.run_writer(schema, side.config.options.clone());
+    let mut counts = Vec::with_capacity(chosen.len());
+    let mut chunk = Vec::new();
     for (partition, batches) in chosen {
-        run.append(*partition, batches)?;
+        let mut segments = 0;
+        let mut bytes = 0;
+        for (i, (batch, size)) in batches.iter().enumerate() {
+            chunk.push(batch.clone());
+            bytes += size;
+            let next = batches.get(i + 1).map_or(0, |(_, size)| *size);
+            if i + 1 == batches.len() || bytes + next > side.config.segment_bytes {
+                run.append(*partition, &chunk)?;
+                chunk.clear();
+                segments += 1;
+                bytes = 0;
+            }
+        }
+        counts.push((*partition, segments));
     }
-    run.finish()
+    let mut segments = run.finish()?.into_iter();
+    Ok(counts
+        .into_iter()
+        .map(|(p, n)| (p, segments.by_ref().take(n).collect()))
+        .collect())
 }
 
 /// Writes `stored` straight to disk after `partition`'s batches in memory.
@@ -265,13 +286,14 @@ fn direct(
         }
         Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
     };
-    batches.push(stored.batch.clone());
+    batches.push((stored.batch.clone(), stored.size));
     let result = write_run(side, &[(partition, batches)]);
     let mut state = shared.lock();
     match result {
         Ok(mut segments) => {
-            let segment = segments.pop().expect("one segment per appended partition");
-            if let Some(voided) = state.commit_spill(partition, ticket, segment) {
+            let (_, segments) = segments.pop().expect("one entry per partition written");
+            let voided = state.commit_spill(partition, ticket, segments);
+            if !voided.is_empty() {
                 drop(state);
                 drop(voided);
                 return Err(WriteError::new(

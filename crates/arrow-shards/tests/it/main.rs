@@ -5,4 +5,6 @@ mod common;
 mod concurrency;
 mod errors;
 mod exactly_once;
+mod pressure;
+mod spilling;
 mod waiting;
