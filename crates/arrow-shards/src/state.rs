@@ -27,6 +27,9 @@ use arrow_shards_spill::{SegmentRef, SpillError};
 use crate::Error;
 use crate::spiller::policy::LargestFirst;
 
+/// Batches with their own sizes, as handed to the spiller.
+pub(crate) type SizedBatches = Vec<(RecordBatch, usize)>;
+
 /// A batch held in memory with the allocations it was charged for.
 #[derive(Debug)]
 pub(crate) struct Stored {
@@ -208,7 +211,7 @@ impl State {
     pub(crate) fn start_spill(
         &mut self,
         want: usize,
-    ) -> (u64, Vec<(u32, Vec<(RecordBatch, usize)>)>) {
+    ) -> (u64, Vec<(u32, SizedBatches)>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let mut chosen = Vec::new();
@@ -242,7 +245,7 @@ impl State {
     pub(crate) fn start_spill_of(
         &mut self,
         partition: u32,
-    ) -> Option<(u64, Vec<(RecordBatch, usize)>)> {
+    ) -> Option<(u64, SizedBatches)> {
         let ticket = self.next_ticket;
         let p = &mut self.partitions[partition as usize];
         if p.in_flight.is_some() {

@@ -21,14 +21,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use arrow_array::RecordBatch;
 use arrow_shards_memory::MemoryReservation;
 use arrow_shards_spill::{SegmentRef, SpillDir, SpillError};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::buffer::Shared;
 use crate::builder::SpillConfig;
-use crate::state::Stored;
+use crate::state::{SizedBatches, Stored};
 use crate::{Error, WriteError};
 
 /// What the spiller is asked to do.
@@ -225,7 +224,7 @@ fn round(shared: &Shared, side: &SpillSide) -> bool {
 /// batch, if a batch is larger), so a reader never decodes more than that at once.
 fn write_run(
     side: &SpillSide,
-    chosen: &[(u32, Vec<(RecordBatch, usize)>)],
+    chosen: &[(u32, SizedBatches)],
 ) -> Result<Vec<(u32, Vec<SegmentRef>)>, SpillError> {
     let schema = chosen[0].1[0].0.schema();
     let mut run = side.dir.run_writer(schema, side.config.options.clone());
