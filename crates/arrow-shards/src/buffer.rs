@@ -267,6 +267,9 @@ impl ShardBuffer {
             (metrics, state.drain_all(), state.spill_error.clone())
         };
         drop(drained);
+        // Writers parked on the pool retry, find the buffer closed and get their batch back.
+        self.shared.pool.release_signal().notify();
+
         if let Some(side) = &self.shared.spill {
             side.dir.close().map_err(|e| Error::Spill(Arc::new(e)))?;
         }

@@ -224,11 +224,7 @@ impl ShardBuffer {
         let keep = stored.batch.clone();
         let reply = spiller.direct(partition, stored)?;
         reply.blocking_recv().unwrap_or_else(|_| {
-            Err(WriteError::new(
-                partition,
-                Error::Internal("the spiller thread stopped"),
-                keep,
-            ))
+            Err(WriteError::new(partition, self.spiller_gone(), keep))
         })
     }
 
@@ -240,12 +236,17 @@ impl ShardBuffer {
         let keep = stored.batch.clone();
         let reply = spiller.direct(partition, stored)?;
         reply.await.unwrap_or_else(|_| {
-            Err(WriteError::new(
-                partition,
-                Error::Internal("the spiller thread stopped"),
-                keep,
-            ))
+            Err(WriteError::new(partition, self.spiller_gone(), keep))
         })
+    }
+
+    /// Why a direct write got no answer: the buffer was closed under it, or the spiller died.
+    fn spiller_gone(&self) -> Error {
+        if self.shared.lock().closed {
+            Error::Closed
+        } else {
+            Error::Internal("the spiller thread stopped")
+        }
     }
 
     fn record_wait(&self, since: Instant) {
