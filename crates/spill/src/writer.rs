@@ -351,12 +351,14 @@ fn arrow_error(open: &OpenFile, source: ArrowError) -> SpillError {
 impl OpenFile {
     /// Appends `bytes` to the file, through the write buffer if small.
     fn put(&mut self, dir: &SpillDir, bytes: &[u8]) -> Result<(), SpillError> {
-        if self.buf.len() + bytes.len() > WRITE_BUFFER {
-            self.flush(dir)?;
-        }
         if bytes.len() >= WRITE_BUFFER / 4 {
+            // large pieces (array buffers) skip the copy; keep the file in order
+            self.flush(dir)?;
             self.write(dir, bytes)?;
         } else {
+            if self.buf.len() + bytes.len() > WRITE_BUFFER {
+                self.flush(dir)?;
+            }
             self.buf.extend_from_slice(bytes);
         }
         self.pos += bytes.len() as u64;
