@@ -184,8 +184,7 @@ pub(crate) fn array(kind: usize, rng: &mut Rng, len: usize, nulls: u64) -> Array
             let mut b = FixedSizeBinaryBuilder::new(5);
             for _ in 0..n {
                 if valid(rng) {
-                    b.append_value(rng.next().to_le_bytes()[..5].to_vec())
-                        .unwrap()
+                    b.append_value(&rng.next().to_le_bytes()[..5]).unwrap()
                 } else {
                     b.append_null()
                 }

@@ -8,7 +8,11 @@ use proptest::prelude::*;
 
 use crate::common::{self, KINDS, Rng, concat};
 
-fn case() -> impl Strategy<Value = (Vec<usize>, u64, Vec<(usize, usize)>, u64, usize, usize)> {
+/// Column kinds, seed, per-batch (rows, extra rows sliced away), null percent, coalesce rows,
+/// codec index.
+type Case = (Vec<usize>, u64, Vec<(usize, usize)>, u64, usize, usize);
+
+fn case() -> impl Strategy<Value = Case> {
     (
         prop::collection::vec(0..KINDS, 1..5),
         any::<u64>(),
