@@ -126,79 +126,58 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("Merger/read");
     group.throughput(Throughput::Elements(BATCHES as u64));
 
-    group.bench_function("memory_only", |b| {
-        b.iter_batched(
-            || sources(&schema, &pool, &[], &batches),
-            |s| {
-                let merger = Merger::new(s, MergeOptions::new().with_pass_through(), pool.clone());
-                assert_eq!(drain(merger), total_rows);
-            },
-            BatchSize::SmallInput,
-        )
-    });
-    group.bench_function("spilled_only", |b| {
-        b.iter_batched(
-            || sources(&schema, &pool, &all_segments, &[]),
-            |s| {
-                assert_eq!(
-                    drain(Merger::new(s, MergeOptions::new(), pool.clone())),
-                    total_rows
-                )
-            },
-            BatchSize::SmallInput,
-        )
-    });
-    // one batch per segment: less memory decoded at once (see docs/benchmarks.md)
-    group.bench_function("spilled_only_1_batch_segments", |b| {
-        b.iter_batched(
-            || sources(&schema, &pool, &small_segments, &[]),
-            |s| {
-                assert_eq!(
-                    drain(Merger::new(s, MergeOptions::new(), pool.clone())),
-                    total_rows
-                )
-            },
-            BatchSize::SmallInput,
-        )
-    });
-    group.bench_function("mixed", |b| {
-        b.iter_batched(
-            || sources(&schema, &pool, &half_segments, &batches[half..]),
-            |s| {
-                assert_eq!(
-                    drain(Merger::new(s, MergeOptions::new(), pool.clone())),
-                    total_rows
-                )
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    // (id, segments, memory batches, options); one-batch segments hold less decoded at once
+    let cases: [(&str, &[SegmentRef], &[RecordBatch], MergeOptions); 4] = [
+        (
+            "memory_only",
+            &[],
+            &batches,
+            MergeOptions::new().with_pass_through(),
+        ),
+        ("spilled_only", &all_segments, &[], MergeOptions::new()),
+        (
+            "spilled_only_1_batch_segments",
+            &small_segments,
+            &[],
+            MergeOptions::new(),
+        ),
+        (
+            "mixed",
+            &half_segments,
+            &batches[half..],
+            MergeOptions::new(),
+        ),
+    ];
+    for (id, segments, memory, options) in cases {
+        group.bench_function(id, |b| {
+            b.iter_batched(
+                || sources(&schema, &pool, segments, memory),
+                |s| assert_eq!(drain(Merger::new(s, options, pool.clone())), total_rows),
+                BatchSize::SmallInput,
+            )
+        });
+    }
     group.finish();
 
     // The baselines: the spill crate's own segment reads (what the merge adds is the
     // difference), and the same batches as one plain IPC stream file, read by arrow-ipc.
     let mut group = c.benchmark_group("SegmentRef/read");
     group.throughput(Throughput::Elements(BATCHES as u64));
-    group.bench_function("spilled_only", |b| {
-        b.iter(|| {
-            let rows: usize = all_segments
-                .iter()
-                .flat_map(|s| s.read().unwrap())
-                .map(|b| b.num_rows())
-                .sum();
-            assert_eq!(rows, total_rows);
-        })
-    });
-    group.bench_function("spilled_only_1_batch_segments", |b| {
-        b.iter(|| {
-            let rows: usize = small_segments
-                .iter()
-                .flat_map(|s| s.read().unwrap())
-                .map(|b| b.num_rows())
-                .sum();
-            assert_eq!(rows, total_rows);
-        })
-    });
+    for (id, segments) in [
+        ("spilled_only", &all_segments),
+        ("spilled_only_1_batch_segments", &small_segments),
+    ] {
+        group.bench_function(id, |b| {
+            b.iter(|| {
+                let rows: usize = segments
+                    .iter()
+                    .flat_map(|s| s.read().unwrap())
+                    .map(|b| b.num_rows())
+                    .sum();
+                assert_eq!(rows, total_rows);
+            })
+        });
+    }
     group.finish();
 
     let mut group = c.benchmark_group("StreamReader/read");
