@@ -245,3 +245,99 @@ fn decode_messages(messages: Vec<Message>) -> Result<Decoded, arrow_schema::Arro
         .ok_or_else(|| arrow_schema::ArrowError::IpcError("stream has no schema".into()))?;
     Ok((schema, batches))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::FileExt;
+    use std::sync::Arc;
+
+    use arrow_array::builder::{ListBuilder, StringDictionaryBuilder};
+    use arrow_array::types::Int32Type;
+    use arrow_array::{ArrayRef, Decimal128Array, StringArray};
+
+    use super::*;
+    use crate::{SegmentRef, SpillDir, SpillOptions};
+
+    fn sample() -> RecordBatch {
+        let mut dict = StringDictionaryBuilder::<Int32Type>::new();
+        let mut list = ListBuilder::new(arrow_array::builder::Int32Builder::new());
+        for i in 0..6 {
+            dict.append_value(format!("d{}", i % 3));
+            list.values().append_value(i);
+            list.append(i % 4 != 0);
+        }
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (
+                "s",
+                Arc::new(StringArray::from(vec![
+                    Some("a"),
+                    None,
+                    Some("ccc"),
+                    Some(""),
+                    Some("e"),
+                    Some("ff"),
+                ])),
+            ),
+            ("d", Arc::new(dict.finish())),
+            ("l", Arc::new(list.finish())),
+            (
+                "m",
+                Arc::new(
+                    Decimal128Array::from(vec![1, -2, 3, 4, 5, 6])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                ),
+            ),
+        ];
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    /// The decoder is untrusted even behind the checksum: flip each payload byte, fix up the
+    /// checksum so verification passes, and the read must be `Ok` or `Corrupt`, never a panic.
+    #[test]
+    fn checksum_valid_garbage_is_an_error_not_a_panic() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = SpillDir::create(root.path()).unwrap();
+        let batch = sample();
+        let mut writer = dir.run_writer(batch.schema(), SpillOptions::default());
+        writer
+            .append(5, &[batch.clone(), batch.slice(1, 4)])
+            .unwrap();
+        let segment = writer.finish().unwrap().remove(0);
+        let path = segment.path().to_path_buf();
+        let original = std::fs::read(&path).unwrap();
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        let crc_at = original.len() - 8;
+
+        let mut decode_errors = 0;
+        for at in HEADER_LEN..original.len() - TRAILER_LEN {
+            let mut bytes = original.clone();
+            bytes[at] ^= 0x5a;
+            let crc = crc32c::crc32c(&bytes[..crc_at]);
+            bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+            file.write_all_at(&bytes, 0).unwrap();
+            let forged = SegmentRef {
+                inner: Arc::new(SegmentInner {
+                    file: Arc::clone(&segment.inner.file),
+                    schema: Arc::clone(&segment.inner.schema),
+                    checksum: crc,
+                    ..*segment.inner
+                }),
+            };
+            match forged.read() {
+                Ok(_) => {}
+                Err(SpillError::Corrupt { .. }) => decode_errors += 1,
+                Err(other) => panic!("byte {at}: {other}"),
+            }
+        }
+        assert!(decode_errors > 0);
+        file.write_all_at(&original, 0).unwrap();
+        let expected = arrow_select::concat::concat_batches(
+            &batch.schema(),
+            &[batch.clone(), batch.slice(1, 4)],
+        )
+        .unwrap();
+        assert_eq!(segment.read().unwrap(), vec![expected]);
+    }
+}
