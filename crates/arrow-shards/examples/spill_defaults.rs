@@ -25,8 +25,11 @@ fn shards() -> Vec<RecordBatch> {
     (0..SHARDS)
         .map(|i| {
             let base = (i * SHARD_ROWS) as i64;
-            let k: ArrayRef = Arc::new(Int64Array::from_iter_values(base..base + SHARD_ROWS as i64));
-            let v: ArrayRef = Arc::new(Float64Array::from_iter_values((0..SHARD_ROWS).map(|j| j as f64)));
+            let k: ArrayRef =
+                Arc::new(Int64Array::from_iter_values(base..base + SHARD_ROWS as i64));
+            let v: ArrayRef = Arc::new(Float64Array::from_iter_values(
+                (0..SHARD_ROWS).map(|j| j as f64),
+            ));
             let s: ArrayRef = Arc::new(StringArray::from_iter_values(
                 (0..SHARD_ROWS).map(|j| format!("comment number {:08}", base as usize + j)),
             ));
@@ -59,7 +62,9 @@ fn run(shards: &[RecordBatch], limit: usize, threshold: f64, target: f64, round:
             let buffer = buffer.clone();
             s.spawn(move || {
                 for (i, shard) in shards.iter().enumerate().skip(t).step_by(2) {
-                    buffer.write_blocking((i % PARTITIONS as usize) as u32, shard.clone()).unwrap();
+                    buffer
+                        .write_blocking((i % PARTITIONS as usize) as u32, shard.clone())
+                        .unwrap();
                 }
             });
         }
@@ -75,7 +80,12 @@ fn run(shards: &[RecordBatch], limit: usize, threshold: f64, target: f64, round:
     assert_eq!(rows, SHARDS * SHARD_ROWS);
     let seconds = start.elapsed().as_secs_f64();
     let m = buffer.close().unwrap();
-    Outcome { seconds, write_seconds, spilled: m.bytes_spilled, runs: m.spill_runs }
+    Outcome {
+        seconds,
+        write_seconds,
+        spilled: m.bytes_spilled,
+        runs: m.spill_runs,
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -87,7 +97,11 @@ fn main() {
     let shards = shards();
     let total: usize = shards.iter().map(batch_memory_size).sum();
     let limit = total / 4;
-    println!("data {} MiB, limit {} MiB, {PARTITIONS} partitions, {SHARDS} shards", total >> 20, limit >> 20);
+    println!(
+        "data {} MiB, limit {} MiB, {PARTITIONS} partitions, {SHARDS} shards",
+        total >> 20,
+        limit >> 20
+    );
     let settings: Vec<(f64, f64, usize)> = vec![
         (0.95, 0.9, 64 << 20),
         (0.9, 0.8, 64 << 20),
@@ -99,7 +113,9 @@ fn main() {
     ];
     let mut rows = Vec::new();
     for &(threshold, target, round) in &settings {
-        let outcomes: Vec<Outcome> = (0..3).map(|_| run(&shards, limit, threshold, target, round)).collect();
+        let outcomes: Vec<Outcome> = (0..3)
+            .map(|_| run(&shards, limit, threshold, target, round))
+            .collect();
         let seconds = median(outcomes.iter().map(|o| o.seconds).collect());
         let write = median(outcomes.iter().map(|o| o.write_seconds).collect());
         let spilled = outcomes[0].spilled;
@@ -107,7 +123,9 @@ fn main() {
         rows.push((threshold, target, round, seconds, write, spilled, runs));
     }
     let best = rows.iter().map(|r| r.3).fold(f64::INFINITY, f64::min);
-    println!("| threshold | target | round MiB | total s (median of 3) | vs best | write s | spilled MiB | runs |");
+    println!(
+        "| threshold | target | round MiB | total s (median of 3) | vs best | write s | spilled MiB | runs |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for (threshold, target, round, seconds, write, spilled, runs) in rows {
         println!(

@@ -222,6 +222,8 @@ impl ShardBuffer {
             partitions_read: state.partitions_read,
             write_wait: Duration::from_nanos(counters.write_wait_nanos.load(Ordering::Relaxed)),
             bytes_spilled: state.bytes_spilled,
+            bytes_needed_to_target: state.bytes_needed,
+
             spill_error: state.spill_error.as_ref().map(|e| e.to_string()),
             ..self.spill_metrics()
         }

@@ -223,9 +223,9 @@ impl ShardBuffer {
             .expect("Plan::Disk only with a spiller");
         let keep = stored.batch.clone();
         let reply = spiller.direct(partition, stored)?;
-        reply.blocking_recv().unwrap_or_else(|_| {
-            Err(WriteError::new(partition, self.spiller_gone(), keep))
-        })
+        reply
+            .blocking_recv()
+            .unwrap_or_else(|_| Err(WriteError::new(partition, self.spiller_gone(), keep)))
     }
 
     async fn write_direct_async(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
@@ -235,9 +235,9 @@ impl ShardBuffer {
             .expect("Plan::Disk only with a spiller");
         let keep = stored.batch.clone();
         let reply = spiller.direct(partition, stored)?;
-        reply.await.unwrap_or_else(|_| {
-            Err(WriteError::new(partition, self.spiller_gone(), keep))
-        })
+        reply
+            .await
+            .unwrap_or_else(|_| Err(WriteError::new(partition, self.spiller_gone(), keep)))
     }
 
     /// Why a direct write got no answer: the buffer was closed under it, or the spiller died.

@@ -187,6 +187,8 @@ fn round(shared: &Shared, side: &SpillSide) -> bool {
         if state.spill_error.is_some() || state.closed {
             return false;
         }
+        state.bytes_needed += want as u64;
+
         state.start_spill(want)
     };
     if chosen.is_empty() {
