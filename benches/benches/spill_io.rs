@@ -298,6 +298,34 @@ fn bench_spill_io(c: &mut Criterion) {
             })
         });
     }
+    // The same shape as a segment read: one IPC stream per partition, each collected into a
+    // Vec (all of a partition's batches alive at once, as `SegmentRef::read` returns them).
+    let per = batches.len().div_ceil(PARTITIONS);
+    let streams: Vec<_> = batches
+        .chunks(per)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let path = root.path().join(format!("stream-{i}"));
+            stream_write(&path, chunk);
+            path
+        })
+        .collect();
+    group.bench_function("arrow_ipc_StreamReader_collect", |b| {
+        b.iter(|| {
+            let mut count = 0;
+            for path in &streams {
+                let file = BufReader::new(File::open(path).unwrap());
+                let read: Vec<RecordBatch> = StreamReader::try_new(file, None)
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                count += read.len();
+            }
+            count
+        })
+    });
+    // Streaming: each batch is dropped before the next is read, so the allocator hands the
+    // same warm memory back every time.
     stream_write(&scratch, &batches);
     group.bench_function("arrow_ipc_StreamReader", |b| {
         b.iter(|| {

@@ -149,6 +149,7 @@ impl SegmentReader<'_> {
             let body = if body_len == 0 {
                 Buffer::from_vec(Vec::<u8>::new())
             } else {
+                // 64-byte aligned, so every array is zero-copy over it
                 let mut body = MutableBuffer::from_len_zeroed(body_len as usize);
                 self.read_at(file, body.as_slice_mut(), payload_start + pos)?;
                 crc = crc32c::crc32c_append(crc, body.as_slice());
