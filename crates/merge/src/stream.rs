@@ -134,11 +134,21 @@ impl Stream for MergeStream {
                     return Poll::Ready(Some(Err(e)));
                 }
                 Ok(Step::NeedSegment) => {
+                    if this.reads.is_empty() {
+                        // The segment held when reads were last launched has just been used up
+                        // (an empty segment can be used up without yielding a batch): launch
+                        // the next read now.
+                        if let Err(e) = this.launch() {
+                            this.state.fail(e, true);
+                            continue;
+                        }
+                    }
                     let Some(read) = this.reads.front_mut() else {
                         let e = MergeError::Internal("segment needed but none in flight".into());
                         this.state.fail(e.into(), false);
                         continue;
                     };
+
                     let result = match Pin::new(&mut read.handle).poll(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(result) => result,

@@ -192,7 +192,6 @@ fn round(shared: &Shared, side: &SpillSide) -> bool {
             state.bytes_needed += want as u64;
         }
         (ticket, chosen)
-
     };
     if chosen.is_empty() {
         return false;

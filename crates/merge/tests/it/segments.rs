@@ -437,3 +437,33 @@ fn the_stream_reserves_exactly_its_read_ahead_segments() {
     }
     dir.close().unwrap();
 }
+
+/// An empty segment between two full ones, streamed without read-ahead: the stream must launch
+/// the next read itself once the empty one is used up (it used to report "segment needed but
+/// none in flight").
+#[test]
+fn a_stream_without_read_ahead_passes_over_an_empty_segment() {
+    let schema = schema();
+    let input = batches(&schema, &[5, 0, 0, 7]);
+    let runs = vec![
+        vec![input[0].clone()],
+        input[1..3].to_vec(),
+        vec![input[3].clone()],
+    ];
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = SpillDir::create(tmp.path()).unwrap();
+    let segments = spill(&dir, &schema, &runs);
+    let pool = pool();
+    let sources = PartitionSources::new(schema.clone()).with_segments(segments);
+    let streamed: Vec<_> = runtime().block_on(async {
+        let merger = Merger::new(sources, options(None, 0), pool.clone());
+        merger
+            .into_stream()
+            .map(|r| r.unwrap())
+            .collect::<Vec<_>>()
+            .await
+    });
+    assert_eq!(concat(&schema, &streamed), concat(&schema, &input));
+    assert_eq!(pool.reserved(), 0);
+}
