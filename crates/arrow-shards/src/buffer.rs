@@ -103,7 +103,7 @@ impl ShardBuffer {
         spill: Option<SpillConfig>,
     ) -> Result<Self, ConfigError> {
         let reservation = MemoryReservation::new(&pool);
-        let state = Mutex::new(State::new(num_partitions, reservation));
+        let state = Mutex::new(State::new(num_partitions, reservation, spill.is_some()));
         let spill = match spill {
             Some(config) => {
                 let dir = SpillDir::create(&config.root)

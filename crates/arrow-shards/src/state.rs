@@ -108,12 +108,13 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn new(num_partitions: u32, reservation: MemoryReservation) -> Self {
+    pub(crate) fn new(num_partitions: u32, reservation: MemoryReservation, spilling: bool) -> Self {
         Self {
             partitions: (0..num_partitions).map(|_| Partition::default()).collect(),
             allocations: AllocationSet::new(),
             reservation,
-            victims: LargestFirst::default(),
+            victims: LargestFirst::new(spilling),
+
             next_ticket: 0,
             spill_error: None,
             peak: 0,
@@ -150,8 +151,10 @@ impl State {
         if let Err(e) = self.check_writable(partition) {
             return Err((e, stored));
         }
-        let needed = self.allocations.added_bytes(&stored.allocations);
+        // Insert first and undo on refusal: one pass over the allocation set on the hot path.
+        let needed = self.allocations.insert(&stored.allocations);
         if let Err(e) = self.reservation.try_grow(needed) {
+            self.allocations.remove(&stored.allocations);
             let error = Error::MemoryExhausted {
                 needed,
                 reserved: e.reserved,
@@ -159,7 +162,7 @@ impl State {
             };
             return Err((error, stored));
         }
-        self.allocations.insert(&stored.allocations);
+
         self.peak = self.peak.max(self.reservation.size());
         self.batches_written += 1;
         self.rows_written += stored.batch.num_rows() as u64;

@@ -14,11 +14,14 @@
 //! `RecordBatch::get_array_memory_size` is not used: it counts every slice as its parent and
 //! counts shared arrays twice (see `docs/memory-accounting.md`).
 
-use std::collections::HashMap;
-
-use arrow_array::{Array, RecordBatch};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{ByteArrayType, ByteViewType};
+use arrow_array::{
+    Array, GenericByteArray, GenericByteViewArray, RecordBatch, downcast_primitive_array,
+};
 use arrow_buffer::Buffer;
 use arrow_data::ArrayData;
+use arrow_schema::DataType;
 
 /// One allocation a batch keeps alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,22 +34,18 @@ pub struct Allocation {
 
 /// The distinct allocations `batch` keeps alive, each listed once.
 pub fn batch_allocations(batch: &RecordBatch) -> Vec<Allocation> {
-    let mut seen = HashMap::new();
+    let mut seen = Vec::with_capacity(batch.num_columns() * 3);
     for column in batch.columns() {
-        visit(&column.to_data(), &mut seen);
+        visit_array(column.as_ref(), &mut seen);
     }
-    seen.into_iter()
-        .map(|(ptr, capacity)| Allocation { ptr, capacity })
-        .collect()
+    distinct(seen)
 }
 
 /// The distinct allocations `array` keeps alive, each listed once.
 pub fn array_allocations(array: &dyn Array) -> Vec<Allocation> {
-    let mut seen = HashMap::new();
-    visit(&array.to_data(), &mut seen);
-    seen.into_iter()
-        .map(|(ptr, capacity)| Allocation { ptr, capacity })
-        .collect()
+    let mut seen = Vec::new();
+    visit_array(array, &mut seen);
+    distinct(seen)
 }
 
 /// The bytes `batch` keeps alive: the sum of [`batch_allocations`].
@@ -54,7 +53,67 @@ pub fn batch_memory_size(batch: &RecordBatch) -> usize {
     batch_allocations(batch).iter().map(|a| a.capacity).sum()
 }
 
-fn visit(data: &ArrayData, seen: &mut HashMap<usize, usize>) {
+/// Sorting and deduplicating a short list beats hashing it: a batch has a few buffers per column.
+fn distinct(mut seen: Vec<Allocation>) -> Vec<Allocation> {
+    seen.sort_unstable_by_key(|a| a.ptr);
+    seen.dedup_by_key(|a| a.ptr);
+    seen
+}
+
+/// Reads the buffers of the common flat types directly; `Array::to_data` (which clones the
+/// array's layout into a new `ArrayData`, several allocations per column) only for the rest.
+/// This is the write path's hot spot: see `examples/write_cost.rs`.
+fn visit_array(array: &dyn Array, seen: &mut Vec<Allocation>) {
+    let data_type = array.data_type();
+    let flat = match data_type {
+        DataType::Utf8 => bytes(array.as_string::<i32>(), seen),
+        DataType::LargeUtf8 => bytes(array.as_string::<i64>(), seen),
+        DataType::Binary => bytes(array.as_binary::<i32>(), seen),
+        DataType::LargeBinary => bytes(array.as_binary::<i64>(), seen),
+        DataType::Utf8View => views(array.as_string_view(), seen),
+        DataType::BinaryView => views(array.as_binary_view(), seen),
+        DataType::Boolean => {
+            record(array.as_boolean().values().inner(), seen);
+            true
+        }
+        t if t.is_primitive() => {
+            downcast_primitive_array!(
+                array => {
+                    record(array.values().inner(), seen);
+                    true
+                }
+                _ => false
+            )
+        }
+        _ => false,
+    };
+    if flat {
+        if let Some(nulls) = array.nulls() {
+            record(nulls.buffer(), seen);
+        }
+    } else {
+        visit_data(&array.to_data(), seen);
+    }
+}
+
+fn bytes<T: ByteArrayType>(array: &GenericByteArray<T>, seen: &mut Vec<Allocation>) -> bool {
+    record(array.offsets().inner().inner(), seen);
+    record(array.values(), seen);
+    true
+}
+
+fn views<T: ByteViewType + ?Sized>(
+    array: &GenericByteViewArray<T>,
+    seen: &mut Vec<Allocation>,
+) -> bool {
+    record(array.views().inner(), seen);
+    for buffer in array.data_buffers().iter() {
+        record(buffer, seen);
+    }
+    true
+}
+
+fn visit_data(data: &ArrayData, seen: &mut Vec<Allocation>) {
     for buffer in data.buffers() {
         record(buffer, seen);
     }
@@ -62,17 +121,18 @@ fn visit(data: &ArrayData, seen: &mut HashMap<usize, usize>) {
         record(nulls.buffer(), seen);
     }
     for child in data.child_data() {
-        visit(child, seen);
+        visit_data(child, seen);
     }
 }
 
-fn record(buffer: &Buffer, seen: &mut HashMap<usize, usize>) {
+fn record(buffer: &Buffer, seen: &mut Vec<Allocation>) {
     let capacity = buffer.capacity();
-    if capacity == 0 {
-        return;
+    if capacity > 0 {
+        seen.push(Allocation {
+            ptr: buffer.data_ptr().as_ptr() as usize,
+            capacity,
+        });
     }
-    seen.entry(buffer.data_ptr().as_ptr() as usize)
-        .or_insert(capacity);
 }
 
 #[cfg(test)]
@@ -195,6 +255,47 @@ mod tests {
         // the honest count is close to the data size, far below the naive per-buffer count
         assert!(size < batch_memory_size(&batch) * 2, "{size}");
         assert!(naive > size * 2, "naive {naive} vs {size}");
+    }
+
+    /// The direct paths for flat types must list exactly what the generic `ArrayData` walk lists.
+    #[test]
+    fn fast_paths_agree_with_the_array_data_walk() {
+        use arrow_array::{BinaryArray, BooleanArray, Float32Array, LargeStringArray};
+        let mut views = StringViewBuilder::new().with_fixed_block_size(4096);
+        (0..500).for_each(|i| {
+            views.append_option((i % 7 != 0).then(|| format!("long view string {i}")))
+        });
+        let columns: Vec<ArrayRef> = vec![
+            ints(1000),
+            Arc::new(Float32Array::from_iter(
+                (0..1000).map(|i| (i % 3 != 0).then_some(i as f32)),
+            )),
+            Arc::new(StringArray::from_iter(
+                (0..1000).map(|i| (i % 5 != 0).then(|| i.to_string())),
+            )),
+            Arc::new(LargeStringArray::from_iter_values(
+                (0..1000).map(|i| i.to_string()),
+            )),
+            Arc::new(BinaryArray::from_iter_values(
+                (0..1000).map(|i: i32| i.to_le_bytes()),
+            )),
+            Arc::new(BooleanArray::from_iter(
+                (0..1000).map(|i| (i % 2 == 0).then_some(i % 3 == 0)),
+            )),
+            Arc::new(views.finish()),
+        ];
+        for column in columns {
+            for array in [column.clone(), column.slice(3, 400)] {
+                let mut generic = Vec::new();
+                visit_data(&array.to_data(), &mut generic);
+                assert_eq!(
+                    array_allocations(array.as_ref()),
+                    distinct(generic),
+                    "{}",
+                    array.data_type()
+                );
+            }
+        }
     }
 
     #[test]

@@ -11,14 +11,25 @@ use std::collections::BTreeSet;
 #[derive(Debug, Default)]
 pub(crate) struct LargestFirst {
     set: BTreeSet<(usize, u32)>,
+    /// Without spilling nobody picks victims: skip the bookkeeping on the write path.
+    enabled: bool,
 }
 
 impl LargestFirst {
+    /// An empty index; a disabled one ignores every update.
+    pub(crate) fn new(enabled: bool) -> Self {
+        Self {
+            set: BTreeSet::new(),
+            enabled,
+        }
+    }
+
     /// Records that `partition` went from `old` to `new` spillable bytes (0 = not spillable).
     pub(crate) fn update(&mut self, partition: u32, old: usize, new: usize) {
-        if old == new {
+        if old == new || !self.enabled {
             return;
         }
+
         if old > 0 {
             self.set.remove(&(old, partition));
         }
@@ -47,7 +58,7 @@ mod tests {
 
     #[test]
     fn pops_largest_first_and_follows_updates() {
-        let mut index = LargestFirst::default();
+        let mut index = LargestFirst::new(true);
         index.update(1, 0, 10);
         index.update(2, 0, 30);
         index.update(3, 0, 20);
@@ -61,7 +72,7 @@ mod tests {
 
     #[test]
     fn equal_sizes_are_all_kept() {
-        let mut index = LargestFirst::default();
+        let mut index = LargestFirst::new(true);
         for p in 0..100_000 {
             index.update(p, 0, 7);
         }
