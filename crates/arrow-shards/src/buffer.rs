@@ -222,6 +222,8 @@ impl ShardBuffer {
             partitions_read: state.partitions_read,
             write_wait: Duration::from_nanos(counters.write_wait_nanos.load(Ordering::Relaxed)),
             bytes_spilled: state.bytes_spilled,
+            bytes_needed_to_target: state.bytes_needed,
+
             spill_error: state.spill_error.as_ref().map(|e| e.to_string()),
             ..self.spill_metrics()
         }
@@ -267,6 +269,9 @@ impl ShardBuffer {
             (metrics, state.drain_all(), state.spill_error.clone())
         };
         drop(drained);
+        // Writers parked on the pool retry, find the buffer closed and get their batch back.
+        self.shared.pool.release_signal().notify();
+
         if let Some(side) = &self.shared.spill {
             side.dir.close().map_err(|e| Error::Spill(Arc::new(e)))?;
         }

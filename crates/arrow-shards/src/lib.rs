@@ -66,3 +66,8 @@ pub use error::{ConfigError, Error, WriteError};
 pub use metrics::Metrics;
 pub use read::PartitionReader;
 pub use state::PartitionSize;
+
+/// The README's example, compiled and run as a doc test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

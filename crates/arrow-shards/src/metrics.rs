@@ -30,6 +30,9 @@ pub struct Metrics {
     pub write_wait: Duration,
     /// In-memory bytes (each batch's own size) that went to disk.
     pub bytes_spilled: u64,
+    /// What the spill rounds needed to free to get back to the target (per round, capped at
+    /// the round size): compare with `bytes_spilled`.
+    pub bytes_needed_to_target: u64,
     /// Bytes in spill files that exist now.
     pub bytes_on_disk: u64,
     /// Bytes written to spill files so far (files since deleted included).

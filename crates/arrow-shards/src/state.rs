@@ -103,6 +103,8 @@ pub(crate) struct State {
     pub(crate) bytes_written: u64,
     pub(crate) partitions_read: u64,
     pub(crate) bytes_spilled: u64,
+    /// Sum over spill rounds of what each needed to free to reach its goal.
+    pub(crate) bytes_needed: u64,
 }
 
 impl State {
@@ -122,6 +124,7 @@ impl State {
             bytes_written: 0,
             partitions_read: 0,
             bytes_spilled: 0,
+            bytes_needed: 0,
         }
     }
 
@@ -208,10 +211,7 @@ impl State {
     /// Picks the largest partitions until `want` bytes are chosen (at least one partition if any
     /// can be spilled), marks their batches in flight under a new ticket and returns clones of
     /// them to write.
-    pub(crate) fn start_spill(
-        &mut self,
-        want: usize,
-    ) -> (u64, Vec<(u32, SizedBatches)>) {
+    pub(crate) fn start_spill(&mut self, want: usize) -> (u64, Vec<(u32, SizedBatches)>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let mut chosen = Vec::new();
@@ -242,10 +242,7 @@ impl State {
 
     /// Starts spilling exactly `partition`'s batches (for a direct write of an oversized batch).
     /// `None` if it is being spilled already.
-    pub(crate) fn start_spill_of(
-        &mut self,
-        partition: u32,
-    ) -> Option<(u64, SizedBatches)> {
+    pub(crate) fn start_spill_of(&mut self, partition: u32) -> Option<(u64, SizedBatches)> {
         let ticket = self.next_ticket;
         let p = &mut self.partitions[partition as usize];
         if p.in_flight.is_some() {

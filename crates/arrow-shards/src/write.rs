@@ -223,13 +223,9 @@ impl ShardBuffer {
             .expect("Plan::Disk only with a spiller");
         let keep = stored.batch.clone();
         let reply = spiller.direct(partition, stored)?;
-        reply.blocking_recv().unwrap_or_else(|_| {
-            Err(WriteError::new(
-                partition,
-                Error::Internal("the spiller thread stopped"),
-                keep,
-            ))
-        })
+        reply
+            .blocking_recv()
+            .unwrap_or_else(|_| Err(WriteError::new(partition, self.spiller_gone(), keep)))
     }
 
     async fn write_direct_async(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
@@ -239,13 +235,18 @@ impl ShardBuffer {
             .expect("Plan::Disk only with a spiller");
         let keep = stored.batch.clone();
         let reply = spiller.direct(partition, stored)?;
-        reply.await.unwrap_or_else(|_| {
-            Err(WriteError::new(
-                partition,
-                Error::Internal("the spiller thread stopped"),
-                keep,
-            ))
-        })
+        reply
+            .await
+            .unwrap_or_else(|_| Err(WriteError::new(partition, self.spiller_gone(), keep)))
+    }
+
+    /// Why a direct write got no answer: the buffer was closed under it, or the spiller died.
+    fn spiller_gone(&self) -> Error {
+        if self.shared.lock().closed {
+            Error::Closed
+        } else {
+            Error::Internal("the spiller thread stopped")
+        }
     }
 
     fn record_wait(&self, since: Instant) {

@@ -29,8 +29,8 @@ pub(crate) struct ChargedBatches {
     batches: VecDeque<(RecordBatch, Vec<Allocation>)>,
     allocations: AllocationSet,
     reservation: MemoryReservation,
-    /// Names the input in errors: "memory" or "segment 3 (partition ...)".
-    origin: String,
+    /// Names the input in errors.
+    origin: Origin,
     /// Index of the next batch, for error messages.
     next_index: usize,
     schema: SchemaRef,
@@ -43,7 +43,7 @@ impl ChargedBatches {
         reservation: MemoryReservation,
         schema: &SchemaRef,
     ) -> Self {
-        Self::new(batches, reservation, "memory".to_string(), schema)
+        Self::new(batches, reservation, Origin::Memory, schema)
     }
 
     /// Reads and decodes one segment (blocking). `reservation` holds what was reserved before
@@ -58,12 +58,7 @@ impl ChargedBatches {
         let batches = segment
             .read()
             .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
-        let origin = format!(
-            "segment {index} (partition {}, offset {} of {})",
-            segment.partition(),
-            segment.offset(),
-            segment.path().display()
-        );
+        let origin = Origin::Segment(index, segment.clone());
         let mut decoded = Self::new(batches, reservation, origin, schema);
         let real = decoded.allocations.bytes();
         let held = decoded.reservation.size();
@@ -79,15 +74,22 @@ impl ChargedBatches {
     fn new(
         batches: Vec<RecordBatch>,
         reservation: MemoryReservation,
-        origin: String,
+        origin: Origin,
         schema: &SchemaRef,
     ) -> Self {
         let mut allocations = AllocationSet::new();
+        // Nothing charged (and no decoded segment, whose reservation is at least its
+        // `memory_bytes` estimate) means nothing to release: skip listing allocations.
+        let track = reservation.size() > 0 || matches!(origin, Origin::Segment(..));
         let batches = batches
             .into_iter()
             .filter(|b| b.num_rows() > 0)
             .map(|b| {
-                let allocs = batch_allocations(&b);
+                let allocs = if track {
+                    batch_allocations(&b)
+                } else {
+                    Vec::new()
+                };
                 allocations.insert(&allocs);
                 (b, allocs)
             })
@@ -127,6 +129,29 @@ impl ChargedBatches {
             .into()));
         }
         Some(Ok(Charged { batch, charge }))
+    }
+}
+
+/// Where a queue of batches came from.
+#[derive(Debug)]
+enum Origin {
+    Memory,
+    /// The segment's index in read order, and the segment.
+    Segment(usize, SegmentRef),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Memory => f.write_str("memory"),
+            Origin::Segment(index, segment) => write!(
+                f,
+                "segment {index} (partition {}, offset {} of {})",
+                segment.partition(),
+                segment.offset(),
+                segment.path().display()
+            ),
+        }
     }
 }
 

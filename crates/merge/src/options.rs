@@ -35,7 +35,8 @@ impl MergeOptions {
 
     /// Coalesces small batches into batches of exactly `rows` rows (see
     /// [`Merger`](crate::Merger) for the exceptions). A target of 0 means no target: the same
-    /// as [`MergeOptions::with_pass_through`].
+    /// as [`MergeOptions::with_pass_through`]. The coalescer allocates room for one target
+    /// batch per column up front; a target above the partition's row count is cut down to it.
     ///
     /// Default: [`DEFAULT_TARGET_ROWS`] (8192).
     pub fn with_target_rows(mut self, rows: usize) -> Self {

@@ -43,6 +43,12 @@ pub(crate) struct MergeState {
 
 impl MergeState {
     pub(crate) fn new(sources: PartitionSources, options: &MergeOptions) -> Self {
+        // The coalescer reserves room for a whole target batch up front, so a target above the
+        // partition's row count (say `usize::MAX`) is cut down to it: same output, sane memory.
+        let rows = usize::try_from(sources.num_rows())
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let target_rows = options.target_rows().map(|target| target.min(rows));
         let PartitionSources {
             schema,
             segments,
@@ -53,7 +59,7 @@ impl MergeState {
             .map(|g| ChargedBatches::memory(g.batches, g.reservation, &schema))
             .collect();
         Self {
-            output: Output::new(&schema, options.target_rows()),
+            output: Output::new(&schema, target_rows),
             schema,
             unlaunched: segments.into_iter().enumerate().collect(),
             in_flight: 0,

@@ -187,7 +187,12 @@ fn round(shared: &Shared, side: &SpillSide) -> bool {
         if state.spill_error.is_some() || state.closed {
             return false;
         }
-        state.start_spill(want)
+        let (ticket, chosen) = state.start_spill(want);
+        if !chosen.is_empty() {
+            state.bytes_needed += want as u64;
+        }
+        (ticket, chosen)
+
     };
     if chosen.is_empty() {
         return false;

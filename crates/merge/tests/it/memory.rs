@@ -347,3 +347,11 @@ fn the_stream_gives_the_same_batches_as_the_iterator() {
         assert_eq!(from_iter, from_stream);
     }
 }
+
+#[test]
+fn a_huge_target_gives_one_batch_without_reserving_for_it() {
+    let sizes = [10, 20, 30];
+    let (input, merger) = memory_merger(&sizes, MergeOptions::new().with_target_rows(usize::MAX));
+    let out: Vec<_> = merger.collect::<Result<Vec<_>, _>>().unwrap();
+    assert_eq!(out, [concat(&schema(), &input)]);
+}

@@ -393,3 +393,47 @@ fn a_stream_polled_outside_a_runtime_reports_an_error() {
     assert_eq!(pool.reserved(), 0);
     dir.close().unwrap();
 }
+
+#[test]
+fn the_stream_reserves_exactly_its_read_ahead_segments() {
+    let schema = schema();
+    let input = batches(&schema, &[3000, 3000, 3000, 3000, 3000]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = SpillDir::create(tmp.path()).unwrap();
+    let runs: Vec<_> = input.chunks(1).map(<[RecordBatch]>::to_vec).collect();
+    let segments = spill(&dir, &schema, &runs);
+    // a read in flight holds `memory_bytes`; a finished one holds its decoded size
+    let sizes: Vec<[usize; 2]> = segments
+        .iter()
+        .map(|s| [s.memory_bytes(), decoded_bytes(s)])
+        .collect();
+    let rt = runtime();
+    for read_ahead in [0, 1, 2] {
+        let pool = pool();
+        let sources = PartitionSources::new(schema.clone()).with_segments(segments.clone());
+        let options = MergeOptions::new()
+            .with_pass_through()
+            .with_read_ahead(read_ahead);
+        let mut stream = Merger::new(sources, options, pool.clone()).into_stream();
+        rt.block_on(async {
+            let first = stream.next().await.unwrap().unwrap();
+            assert_eq!(first, input[0]);
+            // segment 0 is handed over; segments 1..=read_ahead are read or being read
+            let ahead = &sizes[1..=read_ahead];
+            let reserved = pool.reserved();
+            let possible = ahead.iter().fold(vec![0], |sums, pair| {
+                sums.iter()
+                    .flat_map(|s| pair.iter().map(move |p| s + p))
+                    .collect()
+            });
+            assert!(
+                possible.contains(&reserved),
+                "read-ahead {read_ahead}: {reserved} not in {possible:?}"
+            );
+            let rest: Vec<_> = stream.map(|r| r.unwrap()).collect().await;
+            assert_eq!(rest, input[1..]);
+        });
+        assert_eq!(pool.reserved(), 0);
+    }
+    dir.close().unwrap();
+}
