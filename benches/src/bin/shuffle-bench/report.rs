@@ -140,12 +140,12 @@ fn refs_for(results: &[JobResult], partitions: u32) -> Option<RefSummary> {
         .map(|r| RefSummary::of(&r.references))
 }
 
-fn find<'a>(
-    results: &'a [JobResult],
+fn find(
+    results: &[JobResult],
     case: CaseKind,
     partitions: u32,
     read: Option<ReadMode>,
-) -> Option<&'a JobResult> {
+) -> Option<&JobResult> {
     results
         .iter()
         .find(|r| r.job.case == case && r.job.partitions == partitions && r.job.read == read)
