@@ -1,0 +1,195 @@
+//! The timed cases: the buffer in three memory settings, and the eager-disk baseline.
+//!
+//! Every case writes the same shards in the same order from one producer thread (a clone of
+//! each shard: the input stays in memory across runs), then reads every partition once and
+//! sums its `l_orderkey` column, a minimal consumer that also checks every row came back.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use arrow_ipc::reader::StreamReader;
+use arrow_ipc::writer::StreamWriter;
+use arrow_shards::ShardBuffer;
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+use crate::data::{Input, key_sum};
+
+/// What one run of a case measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Run {
+    /// Writing every shard, then `finish` (eager disk: then ending every stream).
+    pub(crate) write_secs: f64,
+    /// Reading every partition.
+    pub(crate) read_secs: f64,
+    /// `close` (eager disk: removing the files).
+    pub(crate) close_secs: f64,
+    /// In-memory bytes the buffer spilled.
+    pub(crate) bytes_spilled: u64,
+    /// Bytes written to files.
+    pub(crate) disk_bytes: u64,
+    /// Files created.
+    pub(crate) files: u64,
+    /// The buffer's peak reservation.
+    pub(crate) peak_reserved: u64,
+    /// Time writers waited for memory.
+    pub(crate) write_wait_secs: f64,
+    /// Time the spiller spent encoding and writing (in its own thread, overlapping writes).
+    pub(crate) spill_secs: f64,
+    /// Peak resident bytes of the process during this run.
+    pub(crate) peak_rss: u64,
+}
+
+impl Run {
+    pub(crate) fn total_secs(&self) -> f64 {
+        self.write_secs + self.read_secs + self.close_secs
+    }
+}
+
+/// How the buffer's readers hand batches out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum ReadMode {
+    /// Coalesced to 8192 rows (the default `with_read_batch_rows`).
+    Coalesced,
+    /// `with_read_batch_rows(0)`: batches as written.
+    PassThrough,
+}
+
+/// One run of the buffer: memory only if `limit` is `None`, else spilling under `spill_root`.
+pub(crate) fn run_buffer(
+    input: &Input,
+    limit: Option<usize>,
+    read: ReadMode,
+    spill_root: &Path,
+) -> Result<Run> {
+    let mut builder = ShardBuffer::builder(input.schema.clone(), input.partitions);
+    if let Some(limit) = limit {
+        builder = builder.with_memory_limit(limit).with_spill_dir(spill_root);
+    }
+    if read == ReadMode::PassThrough {
+        builder = builder.with_read_batch_rows(0);
+    }
+    let buffer = builder.build()?;
+
+    let started = Instant::now();
+    for (partition, shard) in input.shards() {
+        buffer.write_blocking(*partition, shard.clone())?;
+    }
+    buffer.finish()?;
+    let write_secs = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let (mut rows, mut keys) = (0u64, 0i128);
+    for partition in 0..input.partitions {
+        for batch in buffer.read(partition)? {
+            let batch = batch?;
+            rows += batch.num_rows() as u64;
+            keys += key_sum(&batch);
+        }
+    }
+    let read_secs = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let metrics = buffer.close()?;
+    let close_secs = started.elapsed().as_secs_f64();
+    check(input, rows, keys)?;
+    Ok(Run {
+        write_secs,
+        read_secs,
+        close_secs,
+        bytes_spilled: metrics.bytes_spilled,
+        disk_bytes: metrics.bytes_written_to_disk,
+        files: metrics.spill_files,
+        peak_reserved: metrics.peak_reserved as u64,
+        write_wait_secs: metrics.write_wait.as_secs_f64(),
+        spill_secs: metrics.spill_time.as_secs_f64(),
+        peak_rss: 0,
+    })
+}
+
+/// The eager-disk baseline, as Dask's disk buffer does it: every shard is appended to its
+/// partition's file as soon as it arrives (one Arrow IPC stream file per partition, its
+/// `StreamWriter` kept open, a 64 KiB write buffer flushed after every shard), every stream is
+/// ended, then every file is read back with a `StreamReader`, batches as written.
+///
+/// Kept-open writers are kinder than Dask, which reopens the file in append mode per step and
+/// repeats the schema per shard; this baseline is the stronger opponent.
+pub(crate) fn run_eager_disk(input: &Input, spill_root: &Path) -> Result<Run> {
+    let dir = tempfile::Builder::new()
+        .prefix("eager-disk-")
+        .tempdir_in(spill_root)?;
+    let path_of = |p: u32| -> PathBuf { dir.path().join(format!("{p}.arrows")) };
+    let mut writers: Vec<Option<StreamWriter<BufWriter<File>>>> =
+        (0..input.partitions).map(|_| None).collect();
+
+    let started = Instant::now();
+    for (partition, shard) in input.shards() {
+        let writer = match &mut writers[*partition as usize] {
+            Some(writer) => writer,
+            slot @ None => {
+                let file = File::create(path_of(*partition))?;
+                let out = BufWriter::with_capacity(64 << 10, file);
+                slot.insert(StreamWriter::try_new(out, &input.schema)?)
+            }
+        };
+        writer.write(shard)?;
+        writer.flush()?;
+    }
+    let mut files = 0;
+    for writer in writers.iter_mut().flatten() {
+        writer.finish()?;
+        files += 1;
+    }
+    drop(writers); // closes every file
+    let write_secs = started.elapsed().as_secs_f64();
+
+    let mut disk_bytes = 0;
+    for p in 0..input.partitions {
+        if let Ok(meta) = std::fs::metadata(path_of(p)) {
+            disk_bytes += meta.len();
+        }
+    }
+
+    let started = Instant::now();
+    let (mut rows, mut keys) = (0u64, 0i128);
+    for p in 0..input.partitions {
+        let file = match File::open(path_of(p)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for batch in StreamReader::try_new(BufReader::with_capacity(64 << 10, file), None)? {
+            let batch = batch?;
+            rows += batch.num_rows() as u64;
+            keys += key_sum(&batch);
+        }
+    }
+    let read_secs = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    dir.close()?;
+    let close_secs = started.elapsed().as_secs_f64();
+    check(input, rows, keys)?;
+    Ok(Run {
+        write_secs,
+        read_secs,
+        close_secs,
+        disk_bytes,
+        files,
+        ..Run::default()
+    })
+}
+
+fn check(input: &Input, rows: u64, keys: i128) -> Result<()> {
+    if rows != input.rows || keys != input.key_sum {
+        return Err(format!(
+            "read back {rows} rows with key sum {keys}, wrote {} rows with key sum {}",
+            input.rows, input.key_sum
+        )
+        .into());
+    }
+    Ok(())
+}

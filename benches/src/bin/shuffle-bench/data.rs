@@ -1,0 +1,226 @@
+//! The input: TPC-H lineitem generated in memory, cut into chunks of
+//! `--chunk-rows` and hash-partitioned by `l_orderkey` into one shard per partition per chunk.
+//! All of it happens before any timed case starts; generation and partitioning are timed and
+//! reported on their own.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow_schema::{ArrowError, DataType, SchemaRef};
+use arrow_select::take::take_record_batch;
+use arrow_shards_memory::sizing::batch_memory_size;
+use tpchgen::generators::LineItemGenerator;
+use tpchgen_arrow::LineItemArrow;
+
+use crate::Result;
+
+/// Where the rows come from.
+#[derive(Debug, Clone)]
+pub(crate) enum Source {
+    /// `tpchgen` lineitem at this scale factor (about 6M rows per 1.0).
+    Tpch { scale: f64 },
+}
+
+/// The partitioned input, as the buffer receives it.
+#[derive(Debug)]
+pub(crate) struct Input {
+    pub(crate) schema: SchemaRef,
+    pub(crate) partitions: u32,
+    /// Per input chunk, its shards in partition order (empty shards left out).
+    pub(crate) chunks: Vec<Vec<(u32, RecordBatch)>>,
+    pub(crate) rows: u64,
+    /// Sum of `batch_memory_size` over the shards: the data's in-memory size. Shards share no
+    /// allocation (see [`partition`]), so this is also what they keep alive together.
+    pub(crate) bytes: u64,
+    /// Sum of `batch_memory_size` over the input chunks before partitioning.
+    pub(crate) chunk_bytes: u64,
+    pub(crate) shards: u64,
+    /// Seconds to generate or read the chunks.
+    pub(crate) load_secs: f64,
+    /// Seconds to hash-partition the chunks.
+    pub(crate) partition_secs: f64,
+    /// Sum of `l_orderkey` over all rows: a cheap check that reads return every row intact.
+    pub(crate) key_sum: i128,
+}
+
+impl Input {
+    /// Loads and partitions the input.
+    pub(crate) fn prepare(source: &Source, chunk_rows: usize, partitions: u32) -> Result<Self> {
+        let started = Instant::now();
+        let (schema, chunks) = load(source, chunk_rows)?;
+        let load_secs = started.elapsed().as_secs_f64();
+        let chunk_bytes = chunks.iter().map(|b| batch_memory_size(b) as u64).sum();
+        let key_sum = chunks.iter().map(key_sum).sum();
+
+        let started = Instant::now();
+        let mut out = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            out.push(partition(&chunk, partitions)?);
+            // the chunk is dropped here: only the shards stay in memory
+        }
+        let partition_secs = started.elapsed().as_secs_f64();
+
+        let shards = out.iter().map(|c| c.len() as u64).sum();
+        let rows = out.iter().flatten().map(|(_, b)| b.num_rows() as u64).sum();
+        let bytes = out
+            .iter()
+            .flatten()
+            .map(|(_, b)| batch_memory_size(b) as u64)
+            .sum();
+        Ok(Self {
+            schema,
+            partitions,
+            chunks: out,
+            rows,
+            bytes,
+            chunk_bytes,
+            shards,
+            load_secs,
+            partition_secs,
+            key_sum,
+        })
+    }
+
+    /// Every shard in write order.
+    pub(crate) fn shards(&self) -> impl Iterator<Item = &(u32, RecordBatch)> {
+        self.chunks.iter().flatten()
+    }
+}
+
+/// Sum of the `l_orderkey` column.
+pub(crate) fn key_sum(batch: &RecordBatch) -> i128 {
+    let keys = batch.column(0).as_primitive::<Int64Type>();
+    keys.values().iter().map(|&k| i128::from(k)).sum()
+}
+
+fn load(source: &Source, chunk_rows: usize) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    match source {
+        Source::Tpch { scale } => load_tpch(*scale, chunk_rows),
+    }
+}
+
+/// Generates lineitem on two threads (parts 1 and 2 of 2: the same rows on every run).
+fn load_tpch(scale: f64, chunk_rows: usize) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    const PARTS: i32 = 2;
+    let parts: Vec<std::result::Result<Vec<RecordBatch>, ArrowError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (1..=PARTS)
+            .map(|part| {
+                s.spawn(move || {
+                    let generator = LineItemGenerator::new(scale, part, PARTS);
+                    LineItemArrow::new(generator)
+                        .with_batch_size(chunk_rows)
+                        .collect::<std::result::Result<Vec<_>, _>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("tpchgen thread panicked"))
+            .collect()
+    });
+    let mut chunks = Vec::new();
+    for part in parts {
+        chunks.extend(part?);
+    }
+    let schema = LineItemArrow::schema_ref();
+    check_key(&schema)?;
+    Ok((schema, chunks))
+}
+
+fn check_key(schema: &SchemaRef) -> Result<()> {
+    match schema.fields().first() {
+        Some(f) if f.name() == "l_orderkey" && f.data_type() == &DataType::Int64 => Ok(()),
+        _ => Err("the first column must be `l_orderkey: Int64`".into()),
+    }
+}
+
+/// The partition of an order key: Fibonacci hashing (multiply by 2^64 / golden ratio, keep the
+/// high 32 bits), then scaled to `0..partitions` by a multiply-shift instead of a modulo.
+/// Consecutive keys land far apart, so partitions get near-equal shares of lineitem's dense keys.
+pub(crate) fn partition_of(key: i64, partitions: u32) -> u32 {
+    let h = (key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    ((h * u64::from(partitions)) >> 32) as u32
+}
+
+/// Splits `chunk` into one shard per non-empty partition with `take` (a counting sort of the
+/// row indices first, so each shard is one `take` in row order).
+///
+/// View columns (lineitem's strings are `Utf8View`) come out of `take` sharing the chunk's
+/// string data; each shard is compacted with `gc` so it owns its memory, as a shard received
+/// from another worker would. Without it every shard would keep the whole chunk's strings alive
+/// and an IPC encoder would write them once per shard.
+pub(crate) fn partition(chunk: &RecordBatch, partitions: u32) -> Result<Vec<(u32, RecordBatch)>> {
+    let keys = chunk.column(0).as_primitive::<Int64Type>();
+    let n = partitions as usize;
+    let targets: Vec<u32> = keys
+        .values()
+        .iter()
+        .map(|&k| partition_of(k, partitions))
+        .collect();
+    let mut starts = vec![0u32; n + 1];
+    for &t in &targets {
+        starts[t as usize + 1] += 1;
+    }
+    for i in 0..n {
+        starts[i + 1] += starts[i];
+    }
+    let mut next = starts.clone();
+    let mut indices = vec![0u32; targets.len()];
+    for (row, &t) in targets.iter().enumerate() {
+        indices[next[t as usize] as usize] = row as u32;
+        next[t as usize] += 1;
+    }
+    let indices = UInt32Array::from(indices);
+    let mut shards = Vec::new();
+    for p in 0..n {
+        let (lo, hi) = (starts[p] as usize, starts[p + 1] as usize);
+        if lo == hi {
+            continue;
+        }
+        let shard = take_record_batch(chunk, &indices.slice(lo, hi - lo))?;
+        shards.push((p as u32, compact_views(shard)?));
+    }
+    Ok(shards)
+}
+
+fn compact_views(batch: RecordBatch) -> Result<RecordBatch> {
+    if !batch
+        .columns()
+        .iter()
+        .any(|c| matches!(c.data_type(), DataType::Utf8View | DataType::BinaryView))
+    {
+        return Ok(batch);
+    }
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| -> ArrayRef {
+            match c.data_type() {
+                DataType::Utf8View => Arc::new(c.as_string_view().gc()),
+                DataType::BinaryView => Arc::new(c.as_binary_view().gc()),
+                _ => Arc::clone(c),
+            }
+        })
+        .collect();
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_balanced_and_in_range() {
+        let mut counts = vec![0u32; 64];
+        for k in 1..=64_000 {
+            counts[partition_of(k, 64) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
+    }
+}
