@@ -30,10 +30,17 @@ pub struct PartitionReader {
 
 impl PartitionReader {
     pub(crate) fn new(shared: Arc<Shared>, taken: Taken) -> Self {
-        let batches = taken.batches.into_iter().map(|s| s.batch).collect();
+        // The allocations listed when each batch was written go along, so the merge does not
+        // walk the batches again.
+        let batches = taken
+            .batches
+            .into_iter()
+            .map(|s| (s.batch, s.allocations))
+            .collect();
         let sources = PartitionSources::new(Arc::clone(&shared.schema))
             .with_segments(taken.segments)
-            .with_memory(batches, taken.reservation);
+            .with_memory_allocations(batches, taken.reservation);
+
         let options = match shared.config.read_batch_rows {
             Some(rows) => MergeOptions::new().with_target_rows(rows),
             None => MergeOptions::new().with_pass_through(),

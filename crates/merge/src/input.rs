@@ -40,10 +40,11 @@ impl ChargedBatches {
     /// Memory batches, already charged to `reservation` by the caller.
     pub(crate) fn memory(
         batches: Vec<RecordBatch>,
+        known: Option<Vec<Vec<Allocation>>>,
         reservation: MemoryReservation,
         schema: &SchemaRef,
     ) -> Self {
-        Self::new(batches, reservation, Origin::Memory, schema)
+        Self::new(batches, known, reservation, Origin::Memory, schema)
     }
 
     /// Reads and decodes one segment (blocking). `reservation` holds what was reserved before
@@ -59,7 +60,7 @@ impl ChargedBatches {
             .read()
             .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
         let origin = Origin::Segment(index, segment.clone());
-        let mut decoded = Self::new(batches, reservation, origin, schema);
+        let mut decoded = Self::new(batches, None, reservation, origin, schema);
         let real = decoded.allocations.bytes();
         let held = decoded.reservation.size();
         if real > held {
@@ -71,8 +72,11 @@ impl ChargedBatches {
         Ok(decoded)
     }
 
+    /// `known`, if given, lists each batch's allocations (as the caller already computed them),
+    /// in the order of `batches`, so they are not walked again.
     fn new(
         batches: Vec<RecordBatch>,
+        known: Option<Vec<Vec<Allocation>>>,
         reservation: MemoryReservation,
         origin: Origin,
         schema: &SchemaRef,
@@ -81,15 +85,18 @@ impl ChargedBatches {
         // Nothing charged (and no decoded segment, whose reservation is at least its
         // `memory_bytes` estimate) means nothing to release: skip listing allocations.
         let track = reservation.size() > 0 || matches!(origin, Origin::Segment(..));
+        let mut known = known.map(Vec::into_iter);
         let batches = batches
             .into_iter()
-            .filter(|b| b.num_rows() > 0)
-            .map(|b| {
-                let allocs = if track {
-                    batch_allocations(&b)
-                } else {
-                    Vec::new()
+            .map(|b| (b, known.as_mut().and_then(Iterator::next)))
+            .filter(|(b, _)| b.num_rows() > 0)
+            .map(|(b, given)| {
+                let allocs = match given {
+                    _ if !track => Vec::new(),
+                    Some(given) => given,
+                    None => batch_allocations(&b),
                 };
+
                 allocations.insert(&allocs);
                 (b, allocs)
             })

@@ -3,6 +3,7 @@
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use arrow_shards_memory::MemoryReservation;
+use arrow_shards_memory::sizing::Allocation;
 use arrow_shards_spill::SegmentRef;
 
 /// Everything one partition holds, in write order: its spilled segments in the order they were
@@ -34,6 +35,8 @@ pub struct PartitionSources {
 #[derive(Debug)]
 pub(crate) struct MemoryGroup {
     pub(crate) batches: Vec<RecordBatch>,
+    /// Each batch's allocations, when the caller already listed them.
+    pub(crate) allocations: Option<Vec<Vec<Allocation>>>,
     pub(crate) reservation: MemoryReservation,
 }
 
@@ -67,6 +70,24 @@ impl PartitionSources {
     ) -> Self {
         self.memory.push(MemoryGroup {
             batches,
+            allocations: None,
+            reservation,
+        });
+        self
+    }
+
+    /// Like [`with_memory`](Self::with_memory), for a caller that already listed each batch's
+    /// allocations with `arrow_shards_memory::sizing::batch_allocations` (as a buffer does when
+    /// it charges a write): they are used as given instead of being walked again.
+    pub fn with_memory_allocations(
+        mut self,
+        batches: Vec<(RecordBatch, Vec<Allocation>)>,
+        reservation: MemoryReservation,
+    ) -> Self {
+        let (batches, allocations) = batches.into_iter().unzip();
+        self.memory.push(MemoryGroup {
+            batches,
+            allocations: Some(allocations),
             reservation,
         });
         self

@@ -56,7 +56,7 @@ impl MergeState {
         } = sources;
         let memory = memory
             .into_iter()
-            .map(|g| ChargedBatches::memory(g.batches, g.reservation, &schema))
+            .map(|g| ChargedBatches::memory(g.batches, g.allocations, g.reservation, &schema))
             .collect();
         Self {
             output: Output::new(&schema, target_rows),

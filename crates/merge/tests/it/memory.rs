@@ -355,3 +355,39 @@ fn a_huge_target_gives_one_batch_without_reserving_for_it() {
     let out: Vec<_> = merger.collect::<Result<Vec<_>, _>>().unwrap();
     assert_eq!(out, [concat(&schema(), &input)]);
 }
+
+/// Allocations listed by the caller are used as given: the releases follow them exactly (here
+/// the caller's list for the middle batch is empty, so handing it over releases nothing).
+#[test]
+fn given_allocations_are_used_instead_of_walking_the_batches() {
+    let schema = schema();
+    let pool = pool();
+    let input = batches(&schema, &[100, 200, 300]);
+    let lists: Vec<_> = input
+        .iter()
+        .map(arrow_shards_memory::sizing::batch_allocations)
+        .collect();
+    let sizes: Vec<usize> = input.iter().map(batch_memory_size).collect();
+    let given = vec![
+        (input[0].clone(), lists[0].clone()),
+        (input[1].clone(), Vec::new()),
+        (input[2].clone(), lists[2].clone()),
+    ];
+    let sources =
+        PartitionSources::new(schema).with_memory_allocations(given, charge(&pool, &input));
+    let mut merger = Merger::new(
+        sources,
+        MergeOptions::new().with_pass_through(),
+        pool.clone(),
+    );
+    merger.next().unwrap().unwrap();
+    assert_eq!(pool.reserved(), sizes[1] + sizes[2]);
+    assert_eq!(merger.next().unwrap().unwrap(), input[1]);
+    assert_eq!(
+        pool.reserved(),
+        sizes[1] + sizes[2],
+        "nothing listed, nothing released"
+    );
+    merger.next().unwrap().unwrap();
+    assert_eq!(pool.reserved(), 0, "the rest goes with the last batch");
+}
