@@ -84,3 +84,18 @@ pub use options::{Compression, DEFAULT_COALESCE_ROWS, DEFAULT_MAX_FILE_BYTES, Sp
 pub use segment::SegmentRef;
 pub use sweep::{SweepReport, sweep};
 pub use writer::RunWriter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_can_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<SpillDir>();
+        send_sync::<SegmentRef>();
+        send_sync::<SpillError>();
+        send::<RunWriter>();
+    }
+}

@@ -5,9 +5,11 @@
 //! trailer with the CRC32C accumulated on the way. Memory beyond the caller's batches is one
 //! coalesced batch, the encoder's output for one batch and the write buffer.
 //!
-//! Failure policy: a run is all or nothing. After any error the writer refuses further
-//! appends, `finish` returns an error, and dropping the writer removes the run's files; the
-//! caller still holds every batch it appended, because `append` only borrows them.
+//! Failure policy: a run is all or nothing. After an error while writing (I/O, encoding) the
+//! writer refuses further appends, `finish` returns an error, and dropping the writer removes
+//! the run's files; the caller still holds every batch it appended, because `append` only
+//! borrows them. Errors found before anything is written (schema mismatch, invalid options,
+//! closed directory) leave the run as it was.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -85,8 +87,12 @@ impl RunWriter {
 
     /// Appends one segment: `partition`'s `batches`, in order, as one framed IPC stream.
     ///
-    /// Borrows the batches: on any error the caller still holds everything, and the run is
-    /// discarded (see the module docs). An empty `batches` writes an empty segment.
+    /// Borrows the batches: on any error the caller still holds everything. An error while
+    /// writing discards the whole run: later appends and `finish` fail and the run's files are
+    /// removed. A schema mismatch ([`SpillError::SchemaMismatch`]) is found before writing and
+    /// leaves the run usable. An empty `batches` writes an empty segment (zero rows).
+    ///
+    /// Partition ids need not be distinct or ordered; each append is its own segment.
     pub fn append(&mut self, partition: u32, batches: &[RecordBatch]) -> Result<(), SpillError> {
         if self.failed {
             return Err(SpillError::WriterFailed {
@@ -260,7 +266,12 @@ impl RunWriter {
             .map_err(|e| self.arrow(e))?;
         let dir = Arc::clone(&self.dir);
         let Some(open) = self.current.as_mut() else {
-            unreachable!("file_for_next_segment opened a file")
+            // file_for_next_segment just opened one; report rather than panic if not
+            let source = std::io::Error::other("no run file open after creating one");
+            return Err(SpillError::Io {
+                path: dir.path().to_path_buf(),
+                source,
+            });
         };
         let offset = open.pos;
         let header = Header {
@@ -351,12 +362,14 @@ fn arrow_error(open: &OpenFile, source: ArrowError) -> SpillError {
 impl OpenFile {
     /// Appends `bytes` to the file, through the write buffer if small.
     fn put(&mut self, dir: &SpillDir, bytes: &[u8]) -> Result<(), SpillError> {
-        if self.buf.len() + bytes.len() > WRITE_BUFFER {
-            self.flush(dir)?;
-        }
         if bytes.len() >= WRITE_BUFFER / 4 {
+            // large pieces (array buffers) skip the copy; keep the file in order
+            self.flush(dir)?;
             self.write(dir, bytes)?;
         } else {
+            if self.buf.len() + bytes.len() > WRITE_BUFFER {
+                self.flush(dir)?;
+            }
             self.buf.extend_from_slice(bytes);
         }
         self.pos += bytes.len() as u64;
