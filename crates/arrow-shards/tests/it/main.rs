@@ -5,6 +5,8 @@ mod common;
 mod concurrency;
 mod errors;
 mod exactly_once;
+mod harness;
 mod pressure;
+mod shutdown;
 mod spilling;
 mod waiting;
