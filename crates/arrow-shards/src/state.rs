@@ -208,10 +208,7 @@ impl State {
     /// Picks the largest partitions until `want` bytes are chosen (at least one partition if any
     /// can be spilled), marks their batches in flight under a new ticket and returns clones of
     /// them to write.
-    pub(crate) fn start_spill(
-        &mut self,
-        want: usize,
-    ) -> (u64, Vec<(u32, SizedBatches)>) {
+    pub(crate) fn start_spill(&mut self, want: usize) -> (u64, Vec<(u32, SizedBatches)>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let mut chosen = Vec::new();
@@ -242,10 +239,7 @@ impl State {
 
     /// Starts spilling exactly `partition`'s batches (for a direct write of an oversized batch).
     /// `None` if it is being spilled already.
-    pub(crate) fn start_spill_of(
-        &mut self,
-        partition: u32,
-    ) -> Option<(u64, SizedBatches)> {
+    pub(crate) fn start_spill_of(&mut self, partition: u32) -> Option<(u64, SizedBatches)> {
         let ticket = self.next_ticket;
         let p = &mut self.partitions[partition as usize];
         if p.in_flight.is_some() {
