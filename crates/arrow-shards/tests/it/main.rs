@@ -5,6 +5,7 @@ mod common;
 mod concurrency;
 mod errors;
 mod exactly_once;
+mod faults;
 mod harness;
 mod pressure;
 mod shutdown;
