@@ -6,6 +6,7 @@ mod concurrency;
 mod errors;
 mod exactly_once;
 mod faults;
+mod full_disk;
 mod harness;
 mod pressure;
 mod shutdown;
