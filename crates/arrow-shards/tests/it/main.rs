@@ -3,6 +3,7 @@
 mod accounting;
 mod common;
 mod concurrency;
+mod corruption;
 mod errors;
 mod exactly_once;
 mod faults;
