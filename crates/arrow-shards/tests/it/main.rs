@@ -4,6 +4,7 @@ mod accounting;
 mod common;
 mod concurrency;
 mod corruption;
+mod crash;
 mod errors;
 mod exactly_once;
 mod faults;
