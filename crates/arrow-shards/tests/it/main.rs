@@ -8,6 +8,7 @@ mod crash;
 mod errors;
 mod exactly_once;
 mod faults;
+mod file_safety;
 mod full_disk;
 mod harness;
 mod pressure;
