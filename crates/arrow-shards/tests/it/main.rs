@@ -11,6 +11,7 @@ mod faults;
 mod file_safety;
 mod full_disk;
 mod harness;
+mod load;
 mod pressure;
 mod shutdown;
 mod spilling;
