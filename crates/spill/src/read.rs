@@ -1,5 +1,15 @@
-//! Reading a segment back: read its bytes message by message into separate allocations,
-//! verify the CRC32C over all of them, and only then decode.
+//! Reading a segment back in two passes over its bytes, with one file descriptor:
+//!
+//! 1. Verify: read the whole segment through a small reused buffer, checking the frame, every
+//!    IPC length and the CRC32C; remember each message's metadata, body position and body CRC.
+//! 2. Decode: read each body into its own 64-byte aligned allocation, check it still has the
+//!    CRC seen in pass 1, then decode it (zero-copy over that allocation).
+//!
+//! Why two passes: the checksum must be verified before anything is decoded, and holding every
+//! body of a segment until then, then decoding, made reads ~2x slower on our machine, nearly
+//! all of it page faults (the allocator returned fresh memory each time); reading a body and
+//! decoding it at once, as arrow-ipc's `StreamReader` does, gets warm memory. The second read
+//! comes from the page cache.
 //!
 //! The IPC framing (continuation marker, metadata length, metadata flatbuffer's body length) is
 //! parsed before the checksum is known, to find where each message ends; every length is
@@ -23,13 +33,20 @@ use crate::segment::SegmentInner;
 
 const CONTINUATION: [u8; 4] = [0xff; 4];
 
-/// One IPC message as read from disk.
+/// One IPC message of a verified segment.
 struct Message {
-    /// Continuation marker, metadata length and metadata flatbuffer.
+    /// Continuation marker, metadata length and metadata flatbuffer, as verified.
     meta: Buffer,
-    /// The body, in its own 64-byte aligned allocation; empty for bodiless messages.
-    body: Buffer,
+    /// Where the body is in the file.
+    body_offset: u64,
+    /// Body length in bytes (0 for bodiless messages).
+    body_len: u64,
+    /// CRC32C of the body alone, as seen by the verifying pass.
+    body_crc: u32,
 }
+
+/// Scratch buffer of the verifying pass, reused for every chunk of a segment.
+const SCRATCH: usize = 256 * 1024;
 
 pub(crate) fn read_segment(seg: &SegmentInner) -> Result<Vec<RecordBatch>, SpillError> {
     let dir = &seg.file.dir;
@@ -40,8 +57,8 @@ pub(crate) fn read_segment(seg: &SegmentInner) -> Result<Vec<RecordBatch>, Spill
     let reader = SegmentReader { seg };
     let file = dir.fs.open_read(&seg.file.path).map_err(|e| reader.io(e))?;
     let messages = reader.read_verified(&file)?;
+    let batches = reader.decode(&file, messages)?;
     drop(file);
-    let batches = reader.decode(messages)?;
     add(&dir.counters.bytes_read, seg.len);
     add(&dir.counters.segments_read, 1);
     add_time(&dir.counters.read_nanos, start.elapsed());
@@ -78,7 +95,10 @@ impl SegmentReader<'_> {
             .map_err(|e| self.io(e))
     }
 
-    /// Reads the segment's messages and checks frame and checksum.
+    /// First pass: reads the whole segment through a small reused buffer, checking frame,
+    /// message lengths and checksum. Message bodies are not kept: the second pass reads each
+    /// into its own allocation and decodes it at once, which lets the allocator hand back warm
+    /// memory (holding every body before decoding made reads ~2.5x slower, all in page faults).
     fn read_verified(&self, file: &File) -> Result<Vec<Message>, SpillError> {
         let seg = self.seg;
         let payload_len = seg
@@ -96,6 +116,7 @@ impl SegmentReader<'_> {
         }
 
         let mut messages = Vec::new();
+        let mut scratch = Vec::new();
         let mut pos = 0u64; // within the payload
         loop {
             let remaining = payload_len - pos;
@@ -122,7 +143,9 @@ impl SegmentReader<'_> {
                 }
                 messages.push(Message {
                     meta: Buffer::from_vec(prefix.to_vec()),
-                    body: Buffer::from_vec(Vec::<u8>::new()),
+                    body_offset: payload_start + pos,
+                    body_len: 0,
+                    body_crc: 0,
                 });
                 break;
             }
@@ -146,18 +169,23 @@ impl SegmentReader<'_> {
                 .ok_or_else(|| {
                     self.corrupt(format!("ipc body length {body_len} overruns the segment"))
                 })?;
-            let body = if body_len == 0 {
-                Buffer::from_vec(Vec::<u8>::new())
-            } else {
-                let mut body = MutableBuffer::from_len_zeroed(body_len as usize);
-                self.read_at(file, body.as_slice_mut(), payload_start + pos)?;
-                crc = crc32c::crc32c_append(crc, body.as_slice());
-                pos += body_len;
-                body.into()
-            };
+            let body_offset = payload_start + pos;
+            let mut body_crc = 0u32;
+            let mut left = body_len;
+            while left > 0 {
+                let n = left.min(SCRATCH as u64) as usize;
+                scratch.resize(n, 0);
+                self.read_at(file, &mut scratch[..n], payload_start + pos)?;
+                body_crc = crc32c::crc32c_append(body_crc, &scratch[..n]);
+                pos += n as u64;
+                left -= n as u64;
+            }
+            crc = crc32c::crc32c_combine(crc, body_crc, body_len as usize);
             messages.push(Message {
                 meta: Buffer::from_vec(meta),
-                body,
+                body_offset,
+                body_len,
+                body_crc,
             });
         }
 
@@ -186,12 +214,14 @@ impl SegmentReader<'_> {
         Ok(messages)
     }
 
-    /// Decodes verified messages, guarding against decoder errors and panics.
-    fn decode(&self, messages: Vec<Message>) -> Result<Vec<RecordBatch>, SpillError> {
-        let decoded = catch_unwind(AssertUnwindSafe(|| decode_messages(messages)));
+    /// Second pass: reads each body into its own 64-byte aligned allocation, checks it has the
+    /// CRC the first pass verified (the file could have changed in between), and only then
+    /// decodes it, guarding against decoder errors and panics.
+    fn decode(&self, file: &File, messages: Vec<Message>) -> Result<Vec<RecordBatch>, SpillError> {
+        let decoded = catch_unwind(AssertUnwindSafe(|| self.decode_messages(file, messages)));
         let (schema, batches) = match decoded {
             Ok(Ok(decoded)) => decoded,
-            Ok(Err(e)) => return Err(self.corrupt(format!("ipc decode failed: {e}"))),
+            Ok(Err(e)) => return Err(e),
             Err(panic) => {
                 let message = panic
                     .downcast_ref::<&str>()
@@ -227,21 +257,131 @@ impl SegmentReader<'_> {
 
 type Decoded = (arrow_schema::SchemaRef, Vec<RecordBatch>);
 
-fn decode_messages(messages: Vec<Message>) -> Result<Decoded, arrow_schema::ArrowError> {
-    let mut decoder = StreamDecoder::new();
-    let mut batches = Vec::new();
-    for message in messages {
-        for mut buffer in [message.meta, message.body] {
-            while !buffer.is_empty() {
-                if let Some(batch) = decoder.decode(&mut buffer)? {
-                    batches.push(batch);
+impl SegmentReader<'_> {
+    fn decode_messages(&self, file: &File, messages: Vec<Message>) -> Result<Decoded, SpillError> {
+        let arrow = |e: arrow_schema::ArrowError| self.corrupt(format!("ipc decode failed: {e}"));
+        let mut decoder = StreamDecoder::new();
+        let mut batches = Vec::new();
+        for message in messages {
+            let body = if message.body_len == 0 {
+                Buffer::from_vec(Vec::<u8>::new())
+            } else {
+                // 64-byte aligned, so every array is zero-copy over it
+                let mut body = MutableBuffer::from_len_zeroed(message.body_len as usize);
+                self.read_at(file, body.as_slice_mut(), message.body_offset)?;
+                if crc32c::crc32c(body.as_slice()) != message.body_crc {
+                    return Err(self.corrupt("the segment changed while it was being read"));
+                }
+                body.into()
+            };
+            for mut buffer in [message.meta, body] {
+                while !buffer.is_empty() {
+                    if let Some(batch) = decoder.decode(&mut buffer).map_err(arrow)? {
+                        batches.push(batch);
+                    }
                 }
             }
         }
+        decoder.finish().map_err(arrow)?;
+        let schema = decoder
+            .schema()
+            .ok_or_else(|| self.corrupt("ipc stream has no schema"))?;
+        Ok((schema, batches))
     }
-    decoder.finish()?;
-    let schema = decoder
-        .schema()
-        .ok_or_else(|| arrow_schema::ArrowError::IpcError("stream has no schema".into()))?;
-    Ok((schema, batches))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::FileExt;
+    use std::sync::Arc;
+
+    use arrow_array::builder::{ListBuilder, StringDictionaryBuilder};
+    use arrow_array::types::Int32Type;
+    use arrow_array::{ArrayRef, Decimal128Array, StringArray};
+
+    use super::*;
+    use crate::{SegmentRef, SpillDir, SpillOptions};
+
+    fn sample() -> RecordBatch {
+        let mut dict = StringDictionaryBuilder::<Int32Type>::new();
+        let mut list = ListBuilder::new(arrow_array::builder::Int32Builder::new());
+        for i in 0..6 {
+            dict.append_value(format!("d{}", i % 3));
+            list.values().append_value(i);
+            list.append(i % 4 != 0);
+        }
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (
+                "s",
+                Arc::new(StringArray::from(vec![
+                    Some("a"),
+                    None,
+                    Some("ccc"),
+                    Some(""),
+                    Some("e"),
+                    Some("ff"),
+                ])),
+            ),
+            ("d", Arc::new(dict.finish())),
+            ("l", Arc::new(list.finish())),
+            (
+                "m",
+                Arc::new(
+                    Decimal128Array::from(vec![1, -2, 3, 4, 5, 6])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                ),
+            ),
+        ];
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    /// The decoder is untrusted even behind the checksum: flip each payload byte, fix up the
+    /// checksum so verification passes, and the read must be `Ok` or `Corrupt`, never a panic.
+    #[test]
+    fn checksum_valid_garbage_is_an_error_not_a_panic() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = SpillDir::create(root.path()).unwrap();
+        let batch = sample();
+        let mut writer = dir.run_writer(batch.schema(), SpillOptions::default());
+        writer
+            .append(5, &[batch.clone(), batch.slice(1, 4)])
+            .unwrap();
+        let segment = writer.finish().unwrap().remove(0);
+        let path = segment.path().to_path_buf();
+        let original = std::fs::read(&path).unwrap();
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        let crc_at = original.len() - 8;
+
+        let mut decode_errors = 0;
+        for at in HEADER_LEN..original.len() - TRAILER_LEN {
+            let mut bytes = original.clone();
+            bytes[at] ^= 0x5a;
+            let crc = crc32c::crc32c(&bytes[..crc_at]);
+            bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+            file.write_all_at(&bytes, 0).unwrap();
+            let forged = SegmentRef {
+                inner: Arc::new(SegmentInner {
+                    file: Arc::clone(&segment.inner.file),
+                    schema: Arc::clone(&segment.inner.schema),
+                    checksum: crc,
+                    ..*segment.inner
+                }),
+            };
+            match forged.read() {
+                Ok(_) => {}
+                Err(SpillError::Corrupt { .. }) => decode_errors += 1,
+                Err(other) => panic!("byte {at}: {other}"),
+            }
+        }
+        assert!(decode_errors > 0);
+        file.write_all_at(&original, 0).unwrap();
+        let expected = arrow_select::concat::concat_batches(
+            &batch.schema(),
+            &[batch.clone(), batch.slice(1, 4)],
+        )
+        .unwrap();
+        assert_eq!(segment.read().unwrap(), vec![expected]);
+    }
 }

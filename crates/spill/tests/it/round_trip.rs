@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_shards_memory::sizing::batch_memory_size;
+use arrow_shards_memory::sizing::{batch_allocations, batch_memory_size};
 use arrow_shards_spill::{Compression, SpillDir, SpillOptions};
 
 use crate::common::{self, KINDS, Rng, concat, ints_and_strings};
@@ -168,6 +168,13 @@ fn a_decoded_batch_pins_only_its_own_message() {
             segment.len()
         );
         assert!(size >= segment.len() / 20);
+        // zero-copy: every array of the batch lives in the one allocation of its message body
+        assert_eq!(
+            batch_allocations(batch).len(),
+            1,
+            "{:?}",
+            batch_allocations(batch)
+        );
     }
     // dropping the other batches really frees them: each batch stands alone
     let kept = read[3].clone();
