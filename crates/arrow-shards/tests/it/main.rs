@@ -10,6 +10,8 @@ mod exactly_once;
 mod faults;
 mod file_safety;
 mod full_disk;
+mod fuzz_logic;
+mod fuzz_replay;
 mod harness;
 mod load;
 mod pressure;
