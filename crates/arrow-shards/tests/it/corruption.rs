@@ -14,7 +14,7 @@ use arrow_shards::ShardBuffer;
 use arrow_shards_memory::sizing::batch_memory_size;
 use arrow_shards_spill::SpillError;
 
-use crate::harness::{ReadOutcome, read_all, run_files, spill_error, watchdog};
+use crate::harness::{ReadOutcome, keys, read_all, run_files, spill_error, watchdog};
 
 const MAGIC: &[u8] = b"ASHSPILL";
 
@@ -24,16 +24,6 @@ fn batch(first: i64, rows: i64) -> RecordBatch {
         (first..first + rows).map(|i| format!("v{i}")),
     ));
     RecordBatch::try_from_iter([("k", k), ("v", v)]).unwrap()
-}
-
-fn keys(batches: &[RecordBatch]) -> Vec<i64> {
-    batches
-        .iter()
-        .flat_map(|b| {
-            let c = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-            c.values().to_vec()
-        })
-        .collect()
 }
 
 /// Offsets of the segments in a run file (each starts with the magic).

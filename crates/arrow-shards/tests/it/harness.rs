@@ -125,6 +125,14 @@ pub(crate) fn check_outcome(partition: u32, outcome: &ReadOutcome, accepted: &Wr
     tally
 }
 
+/// The Int64 first column of `batches`, concatenated.
+pub(crate) fn keys(batches: &[RecordBatch]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect()
+}
+
 /// Every entry under `root`, recursively (symlinks not followed).
 pub(crate) fn entries(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -8,21 +8,11 @@ use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_shards::{BoundedPool, Error, MemoryPool, ShardBuffer};
 use arrow_shards_memory::sizing::batch_memory_size;
 
-use crate::harness::{read_all, run_files, spill_error, watchdog};
+use crate::harness::{keys, read_all, run_files, spill_error, watchdog};
 
 fn batch(first: i64, rows: i64) -> RecordBatch {
     let k: ArrayRef = Arc::new(Int64Array::from_iter_values(first..first + rows));
     RecordBatch::try_from_iter([("k", k)]).unwrap()
-}
-
-fn keys(batches: &[RecordBatch]) -> Vec<i64> {
-    batches
-        .iter()
-        .flat_map(|b| {
-            let c = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-            c.values().to_vec()
-        })
-        .collect()
 }
 
 /// A pool filled by another buffer, so `buffer`'s own writers wait with nothing of their own
