@@ -2,9 +2,11 @@
 //! inputs through the same functions the cargo-fuzz targets call (`fuzz_logic.rs`).
 //!
 //! `ARROW_SHARDS_WRITE_SEEDS=1 cargo test -p arrow-shards --test it fuzz_replay` (re)writes
-//! the seed files.
+//! the seed files; `ARROW_SHARDS_FUZZ_SECONDS=n` keeps feeding random inputs for `n` seconds
+//! (a long run on stable, when nightly and libFuzzer are not at hand) and prints the count.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -94,6 +96,30 @@ fn segment_decode_target_over_corpus_and_mutations() {
         }
     }
     assert!(damaged > 300, "the mutations do damage segments: {damaged}");
+    let mut runs = 400;
+    while let Some(deadline) = long_run_deadline("segment_decode", runs) {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let input = mutate(&original, &mut rng);
+        target.run(&input);
+        runs += 1;
+    }
+}
+
+/// With `ARROW_SHARDS_FUZZ_SECONDS`, when a long run ends; reports `runs` when it does.
+fn long_run_deadline(target: &str, runs: usize) -> Option<Instant> {
+    use std::sync::OnceLock;
+    static START: OnceLock<Instant> = OnceLock::new();
+    let seconds: u64 = std::env::var("ARROW_SHARDS_FUZZ_SECONDS")
+        .ok()?
+        .parse()
+        .ok()?;
+    let deadline = *START.get_or_init(Instant::now) + Duration::from_secs(seconds);
+    if Instant::now() >= deadline {
+        eprintln!("long run of {target}: {runs} inputs in {seconds} s, no failure");
+    }
+    Some(deadline)
 }
 
 #[test]
@@ -119,9 +145,17 @@ fn state_machine_target_over_corpus_and_random_inputs() {
     for input in seeds.iter().chain(&corpus_inputs("state_machine")) {
         state_machine(input);
     }
-    for _ in 0..150 {
+    let mut runs = 0;
+    loop {
         let len = rng.random_range(0..300);
         let input: Vec<u8> = (0..len).map(|_| rng.random()).collect();
         state_machine(&input);
+        runs += 1;
+        match long_run_deadline("state_machine", runs) {
+            Some(deadline) if Instant::now() < deadline => {}
+            Some(_) => break,
+            None if runs >= 150 => break,
+            None => {}
+        }
     }
 }
