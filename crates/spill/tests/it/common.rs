@@ -16,6 +16,7 @@ use arrow_array::{
 };
 use arrow_buffer::{NullBuffer, i256};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow_shards_spill::{SegmentRef, SpillDir, SpillOptions};
 
 /// A batch of `rows` rows: ids from `start` and strings derived from them.
 pub(crate) fn ints_and_strings(start: i64, rows: usize) -> RecordBatch {
@@ -28,6 +29,13 @@ pub(crate) fn ints_and_strings(start: i64, rows: usize) -> RecordBatch {
         Field::new("name", DataType::Utf8, true),
     ]);
     RecordBatch::try_new(Arc::new(schema), vec![ids, names]).unwrap()
+}
+
+/// Writes `batch` as a run of one segment (partition 0, default options).
+pub(crate) fn spill_one(dir: &Arc<SpillDir>, batch: &RecordBatch) -> Vec<SegmentRef> {
+    let mut writer = dir.run_writer(batch.schema(), SpillOptions::default());
+    writer.append(0, std::slice::from_ref(batch)).unwrap();
+    writer.finish().unwrap()
 }
 
 /// Concatenation of `batches` (an empty batch of `schema` if there are none).

@@ -6,7 +6,7 @@ use std::io;
 use arrow_array::RecordBatch;
 use arrow_shards_spill::{FaultPlan, FsOp, SpillDir, SpillError, SpillOptions};
 
-use crate::common::ints_and_strings;
+use crate::common::{ints_and_strings, spill_one};
 
 fn enospc() -> io::Error {
     io::Error::from_raw_os_error(28)
@@ -132,9 +132,7 @@ fn a_read_error_is_io_not_corrupt_and_the_segment_stays_readable() {
     let root = tempfile::tempdir().unwrap();
     let dir = SpillDir::create(root.path()).unwrap();
     let batch = ints_and_strings(0, 10);
-    let mut writer = dir.run_writer(batch.schema(), SpillOptions::default());
-    writer.append(0, std::slice::from_ref(&batch)).unwrap();
-    let segments = writer.finish().unwrap();
+    let segments = spill_one(&dir, &batch);
     dir.set_fault_plan(
         FaultPlan::new().fail_nth(FsOp::Read, 3, || io::Error::from_raw_os_error(5)),
     );

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use arrow_shards_spill::{SpillDir, SpillError, SpillOptions, sweep};
 
-use crate::common::ints_and_strings;
+use crate::common::{ints_and_strings, spill_one};
 
 const MARKER: &str = ".arrow-shards-spill";
 
@@ -27,9 +27,7 @@ fn directory_is_private_and_files_are_owner_only() {
     assert_eq!(mode(dir.path()), 0o700);
     assert_eq!(mode(&dir.path().join(MARKER)) & 0o077, 0);
     let batch = ints_and_strings(0, 10);
-    let mut writer = dir.run_writer(batch.schema(), SpillOptions::default());
-    writer.append(0, &[batch]).unwrap();
-    let segments = writer.finish().unwrap();
+    let segments = spill_one(&dir, &batch);
     assert_eq!(segments[0].path().parent(), Some(dir.path()));
     assert_eq!(mode(segments[0].path()) & 0o077, 0, "run file must be 0600");
 }
@@ -78,9 +76,7 @@ fn close_removes_everything_and_later_use_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let dir = SpillDir::create(root.path()).unwrap();
     let batch = ints_and_strings(0, 10);
-    let mut writer = dir.run_writer(batch.schema(), SpillOptions::default());
-    writer.append(0, std::slice::from_ref(&batch)).unwrap();
-    let segments = writer.finish().unwrap();
+    let segments = spill_one(&dir, &batch);
     let mut pending = dir.run_writer(batch.schema(), SpillOptions::default());
     dir.close().unwrap();
     dir.close().unwrap();
@@ -100,9 +96,7 @@ fn the_directory_lives_while_segments_refer_to_it_and_goes_with_the_last() {
     let dir = SpillDir::create(root.path()).unwrap();
     let path = dir.path().to_path_buf();
     let batch = ints_and_strings(0, 10);
-    let mut writer = dir.run_writer(batch.schema(), SpillOptions::default());
-    writer.append(0, std::slice::from_ref(&batch)).unwrap();
-    let segments = writer.finish().unwrap();
+    let segments = spill_one(&dir, &batch);
     drop(dir);
     assert_eq!(segments[0].read().unwrap(), vec![batch]);
     drop(segments);
