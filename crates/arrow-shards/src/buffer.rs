@@ -253,10 +253,11 @@ impl ShardBuffer {
     /// Shuts the buffer: stops the spiller (after the round it is on), refuses everything
     /// afterwards, drops batches nobody read, removes the spill directory, and returns the final
     /// metrics after checking that the reservation matches the bytes held (a mismatch is
-    /// [`Error::AccountingMismatch`], a bug). If a spill failed, its error is returned instead,
-    /// after the same clean-up. Readers already handed out keep their memory batches; their
-    /// segments not yet read fail with an I/O error naming the removed file. Closing twice is
-    /// harmless.
+    /// [`Error::AccountingMismatch`], a bug). Writers waiting for memory are woken and refused
+    /// with [`Error::Closed`], their batch handed back. If a spill failed, its error is returned
+    /// instead, after the same clean-up. Readers already handed out keep their memory batches;
+    /// their segments not yet read fail with an I/O error naming the removed file. Closing twice
+    /// is harmless.
     pub fn close(&self) -> Result<Metrics, Error> {
         if let Some(spiller) = &self.spiller {
             spiller.stop();
@@ -269,9 +270,9 @@ impl ShardBuffer {
             (metrics, state.drain_all(), state.spill_error.clone())
         };
         drop(drained);
-        // Writers parked on the pool retry, find the buffer closed and get their batch back.
+        // Writers waiting for room must wake up to see `closed` and take their batch back, even
+        // when this buffer released nothing (its pool is full of another buffer's batches).
         self.shared.pool.release_signal().notify();
-
         if let Some(side) = &self.shared.spill {
             side.dir.close().map_err(|e| Error::Spill(Arc::new(e)))?;
         }

@@ -1,0 +1,387 @@
+//! The two fuzz targets' logic, shared by the cargo-fuzz targets in `fuzz/` (which include this
+//! file with `#[path]`) and by the stable replay tests in `fuzz_replay.rs`, so CI runs the very
+//! functions the fuzzer runs, over the committed corpus and seeded random inputs.
+//!
+//! - [`DecodeTarget`]: untrusted bytes as a run file. A real run (three segments of a schema
+//!   with strings, dictionaries, lists and views) is written once and its `SegmentRef`s kept;
+//!   each input then *replaces the file's contents* and every segment is read through its
+//!   `SegmentRef`, which is exactly the path a corrupted disk takes. A read must either return
+//!   the rows that were written (the input left that segment's bytes intact) or fail with
+//!   `SpillError::Corrupt` naming the file and the segment's offset; never panic.
+//! - [`state_machine`]: bytes as a sequence of buffer operations (writes from three producers,
+//!   `try_write`, seals, full and half reads, finish) on a buffer with a tiny memory limit, so
+//!   the spiller runs all the time. Every refusal is checked against a model, every accepted
+//!   row must come back exactly once in its producer's order (or, for a reader dropped half
+//!   way, a per-producer prefix), and after `close` the pool is empty and no file is left.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::builder::{Int32Builder, ListBuilder, StringDictionaryBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, StringViewArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_shards::{Error, ShardBuffer};
+use arrow_shards_spill::{SegmentRef, SpillDir, SpillError, SpillOptions};
+
+/// A run file whose contents each input replaces, with the `SegmentRef`s of the real run.
+pub(crate) struct DecodeTarget {
+    // Kept for their drop: the directory and the run file go with the target.
+    _root: tempfile::TempDir,
+    _dir: Arc<SpillDir>,
+    segments: Vec<(SegmentRef, Vec<RecordBatch>)>,
+    file: PathBuf,
+    original: Vec<u8>,
+}
+
+fn decode_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new(
+            "tag",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            true,
+        ),
+        Field::new("list", DataType::new_list(DataType::Int32, true), true),
+        Field::new("view", DataType::Utf8View, true),
+    ]))
+}
+
+fn decode_batch(start: i64, rows: usize) -> RecordBatch {
+    let ids = Int64Array::from_iter_values(start..start + rows as i64);
+    let names: StringArray = (0..rows)
+        .map(|i| (i % 7 != 0).then(|| format!("name-{}", start + i as i64)))
+        .collect();
+    let mut tags = StringDictionaryBuilder::<Int32Type>::new();
+    let mut list = ListBuilder::new(Int32Builder::new());
+    for i in 0..rows {
+        tags.append_value(["red", "green", "blue"][i % 3]);
+        for v in 0..(i % 4) as i32 {
+            list.values().append_value(v);
+        }
+        list.append(i % 5 != 0);
+    }
+    let views: StringViewArray = (0..rows)
+        .map(|i| {
+            Some(format!(
+                "a longer string value number {i} that is not inlined"
+            ))
+        })
+        .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(ids),
+        Arc::new(names),
+        Arc::new(tags.finish()),
+        Arc::new(list.finish()),
+        Arc::new(views),
+    ];
+    RecordBatch::try_new(decode_schema(), columns).expect("columns match the schema")
+}
+
+impl DecodeTarget {
+    /// Writes the real run: partitions 3, 0 and 7, of 2, 1 and 3 batches.
+    pub(crate) fn new() -> Self {
+        let root = tempfile::tempdir().expect("temp dir");
+        let dir = SpillDir::create(root.path()).expect("spill dir");
+        let mut writer = dir.run_writer(decode_schema(), SpillOptions::default());
+        let plan: [(u32, Vec<RecordBatch>); 3] = [
+            (3, vec![decode_batch(0, 5), decode_batch(5, 3)]),
+            (0, vec![decode_batch(100, 1)]),
+            (
+                7,
+                vec![
+                    decode_batch(200, 4),
+                    decode_batch(204, 2),
+                    decode_batch(206, 6),
+                ],
+            ),
+        ];
+        for (partition, batches) in &plan {
+            writer.append(*partition, batches).expect("append");
+        }
+        let refs = writer.finish().expect("finish");
+        let file = refs[0].path().to_path_buf();
+        let original = std::fs::read(&file).expect("run file");
+        let segments = refs
+            .into_iter()
+            .zip(plan)
+            .map(|(segment, (_, batches))| {
+                let schema = decode_schema();
+                let expected =
+                    arrow_select::concat::concat_batches(&schema, &batches).expect("concat");
+                (segment, vec![expected])
+            })
+            .collect();
+        Self {
+            _root: root,
+            _dir: dir,
+            segments,
+            file,
+            original,
+        }
+    }
+
+    /// The bytes of the real run file (the seed of the corpus).
+    pub(crate) fn original(&self) -> &[u8] {
+        &self.original
+    }
+
+    /// Replaces the run file's contents with `data` and reads every segment: each read returns
+    /// exactly the rows written or a `Corrupt` error naming the file and the segment's offset.
+    /// Returns how many segments read back intact.
+    pub(crate) fn run(&self, data: &[u8]) -> usize {
+        std::fs::write(&self.file, data).expect("rewrite the run file");
+        let mut intact = 0;
+        for (segment, expected) in &self.segments {
+            match segment.read() {
+                Ok(batches) => {
+                    let schema = decode_schema();
+                    let got =
+                        arrow_select::concat::concat_batches(&schema, &batches).expect("concat");
+                    assert_eq!(
+                        &got, &expected[0],
+                        "a segment read without error must hold exactly what was written"
+                    );
+                    intact += 1;
+                }
+                Err(SpillError::Corrupt {
+                    file,
+                    offset,
+                    partition,
+                    reason,
+                }) => {
+                    assert_eq!(file, self.file);
+                    assert_eq!(offset, segment.offset());
+                    assert_eq!(partition, segment.partition());
+                    assert!(!reason.is_empty());
+                }
+                Err(other) => panic!("bad bytes must be reported as corrupt, not as {other}"),
+            }
+        }
+        intact
+    }
+}
+
+/// Reads a little-endian cursor over the fuzz input; zeros once it is used up.
+struct Bytes<'a> {
+    data: &'a [u8],
+}
+
+impl Bytes<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.data.split_first() {
+            Some((first, rest)) => {
+                self.data = rest;
+                *first
+            }
+            None => 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+fn machine_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("producer", DataType::Int64, false),
+        Field::new("seq", DataType::Int64, false),
+        Field::new("payload", DataType::Utf8, true),
+    ]))
+}
+
+fn machine_batch(producer: i64, first_seq: i64, rows: usize) -> RecordBatch {
+    let payload: StringArray = (0..rows)
+        .map(|i| (i % 3 != 0).then(|| "x".repeat((first_seq as usize + i) % 40)))
+        .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![producer; rows])),
+        Arc::new(Int64Array::from_iter_values(
+            first_seq..first_seq + rows as i64,
+        )),
+        Arc::new(payload),
+    ];
+    RecordBatch::try_new(machine_schema(), columns).expect("columns match the schema")
+}
+
+/// `(producer, seq)` of every row of `batch`, in order.
+fn row_ids(batch: &RecordBatch) -> Vec<(i64, i64)> {
+    let producers = batch.column(0).as_primitive::<Int64Type>();
+    let seqs = batch.column(1).as_primitive::<Int64Type>();
+    producers
+        .values()
+        .iter()
+        .copied()
+        .zip(seqs.values().iter().copied())
+        .collect()
+}
+
+/// What the model expects of one partition.
+#[derive(Default)]
+struct ModelPartition {
+    /// Accepted rows per producer, in write order.
+    accepted: HashMap<i64, Vec<i64>>,
+    sealed: bool,
+    read: bool,
+}
+
+/// Checks rows handed out for `partition`: per producer, exactly the accepted rows in order
+/// (`complete`), or a prefix of them (a reader dropped half way).
+fn check_delivered(partition: u32, model: &ModelPartition, rows: &[(i64, i64)], complete: bool) {
+    let mut by_producer: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (producer, seq) in rows {
+        by_producer.entry(*producer).or_default().push(*seq);
+    }
+    for (producer, got) in &by_producer {
+        let want = model.accepted.get(producer).map_or(&[][..], Vec::as_slice);
+        assert!(
+            got.len() <= want.len() && want[..got.len()] == got[..],
+            "partition {partition}, producer {producer}: got {got:?}, accepted {want:?}"
+        );
+    }
+    if complete {
+        for (producer, want) in &model.accepted {
+            let got = by_producer.get(producer).map_or(&[][..], Vec::as_slice);
+            assert_eq!(got, &want[..], "partition {partition}, producer {producer}");
+        }
+    }
+}
+
+/// Runs the operations encoded in `data` against a buffer and a model of it; panics on any
+/// difference, any lost or duplicated row, a leaked reservation or a leftover file.
+pub(crate) fn state_machine(data: &[u8]) {
+    let mut input = Bytes { data };
+    let partitions = u32::from(input.byte() % 4) + 1;
+    let limit = (usize::from(input.byte() % 16) + 1) * 1024;
+    let read_rows = [0, 5, 8192][usize::from(input.byte() % 3)];
+    let root = tempfile::tempdir().expect("temp dir");
+    let buffer = ShardBuffer::builder(machine_schema(), partitions)
+        .with_memory_limit(limit)
+        .with_spill_dir(root.path())
+        .with_spill_segment_bytes(limit / 4 + 1)
+        .with_max_spill_round_bytes(limit / 2 + 1)
+        .with_read_batch_rows(read_rows)
+        // a write that waits this long is a hang: the spiller can always make room here
+        .with_write_timeout(Duration::from_secs(60))
+        .build()
+        .expect("build");
+    let mut model: Vec<ModelPartition> =
+        (0..partitions).map(|_| ModelPartition::default()).collect();
+    let mut finished = false;
+    let mut next_seq: HashMap<(i64, u32), i64> = HashMap::new();
+
+    let read = |buffer: &ShardBuffer,
+                model: &mut [ModelPartition],
+                finished: bool,
+                p: u32,
+                keep: Option<usize>| {
+        let m = &mut model[p as usize];
+        match buffer.read(p) {
+            Ok(reader) => {
+                assert!(
+                    !m.read && (m.sealed || finished),
+                    "read of partition {p} allowed"
+                );
+                m.read = true;
+                let mut rows = Vec::new();
+                for (i, batch) in reader.enumerate() {
+                    let batch = batch.expect("no fault is injected: reads succeed");
+                    assert!(batch.num_rows() > 0, "no empty batch is handed out");
+                    rows.extend(row_ids(&batch));
+                    if keep.is_some_and(|k| i + 1 >= k) {
+                        break;
+                    }
+                }
+                check_delivered(p, m, &rows, keep.is_none());
+            }
+            Err(Error::AlreadyRead { partition }) => {
+                assert_eq!(partition, p);
+                assert!(m.read, "AlreadyRead for an unread partition {p}");
+            }
+            Err(Error::NotComplete { partition }) => {
+                assert_eq!(partition, p);
+                assert!(!m.read && !m.sealed && !finished, "NotComplete for {p}");
+            }
+            Err(other) => panic!("unexpected read error: {other}"),
+        }
+    };
+
+    let mut ops = 0;
+    while !input.is_empty() && ops < 200 {
+        ops += 1;
+        let op = input.byte();
+        let p = u32::from(input.byte()) % partitions;
+        match op % 8 {
+            0..=3 => {
+                let producer = i64::from(op / 8 % 3);
+                let rows = usize::from(input.byte() % 128);
+                let seq = next_seq.entry((producer, p)).or_default();
+                let batch = machine_batch(producer, *seq, rows);
+                let result = if op % 8 == 3 {
+                    buffer.try_write(p, batch.clone())
+                } else {
+                    buffer.write_blocking(p, batch.clone())
+                };
+                let m = &mut model[p as usize];
+                match result {
+                    Ok(()) => {
+                        assert!(!finished && !m.sealed, "write accepted after seal/finish");
+                        m.accepted
+                            .entry(producer)
+                            .or_default()
+                            .extend(*seq..*seq + rows as i64);
+                        *seq += rows as i64;
+                    }
+                    Err(e) => {
+                        match e.error() {
+                            Error::Finished => assert!(finished),
+                            Error::Sealed { partition } => {
+                                assert!(m.sealed && !finished && *partition == p)
+                            }
+                            Error::MemoryExhausted { .. } => {
+                                assert!(op % 8 == 3, "a blocking write waited 60 s: a hang")
+                            }
+                            other => panic!("unexpected write error: {other}"),
+                        }
+                        assert_eq!(e.into_batch(), batch, "the refused batch comes back");
+                    }
+                }
+            }
+            4 => {
+                buffer.seal(p).expect("seal");
+                model[p as usize].sealed = true;
+            }
+            5 => read(&buffer, &mut model, finished, p, None),
+            6 => {
+                let keep = usize::from(input.byte() % 4);
+                read(&buffer, &mut model, finished, p, Some(keep));
+            }
+            _ => {
+                buffer.finish().expect("finish");
+                finished = true;
+            }
+        }
+    }
+    buffer.finish().expect("finish");
+    for p in 0..partitions {
+        if !model[p as usize].read {
+            read(&buffer, &mut model, true, p, None);
+        }
+    }
+    let metrics = buffer.close().expect("close");
+    assert_eq!(metrics.reserved, 0);
+    assert_eq!(buffer.memory_pool().reserved(), 0, "a reservation leaked");
+    let accepted: usize = model
+        .iter()
+        .flat_map(|m| m.accepted.values())
+        .map(Vec::len)
+        .sum();
+    assert_eq!(metrics.rows_written, accepted as u64);
+    let left = std::fs::read_dir(root.path()).expect("root").count();
+    assert_eq!(left, 0, "files left after close");
+}
