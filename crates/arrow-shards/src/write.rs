@@ -45,7 +45,11 @@ impl ShardBuffer {
     /// Writes `batch` to `partition`, waiting without blocking the runtime thread while memory
     /// is full (for the spiller, or up to `with_write_timeout`).
     ///
-    /// Dropping the future while it waits leaves the buffer as if the write never happened.
+    /// Dropping the future while it waits inserts the batch whole or not at all and leaks no
+    /// reservation: a batch waiting for memory is simply not inserted, but an oversized batch
+    /// already handed to the spiller (see [`ShardBufferBuilder`](crate::ShardBufferBuilder)) may
+    /// still land on disk, whole, after the future is gone.
+
     pub async fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
         let mut stored = match self.prepare(partition, batch)? {
             Plan::Nothing => return Ok(()),
