@@ -10,7 +10,7 @@
 //! operation and decide whether it fails; it is never held across the I/O itself.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -22,7 +22,7 @@ pub enum FsOp {
     CreateFile,
     /// Opening a run file for reading.
     Open,
-    /// One `write_all` call on a run file.
+    /// One `write_all` or `write_all_vectored` call on a run file.
     Write,
     /// `fdatasync` of a run file.
     Sync,
@@ -173,6 +173,26 @@ impl Fs {
     pub(crate) fn write_all(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
         self.check(Op::Write)?;
         file.write_all(bytes)
+    }
+
+    /// Writes all of `bufs`, in order, to `file` with vectored writes (one operation for the
+    /// fault plan). `bufs` is consumed (advanced past what was written).
+    pub(crate) fn write_all_vectored(
+        &self,
+        file: &mut File,
+        mut bufs: &mut [IoSlice<'_>],
+    ) -> io::Result<()> {
+        self.check(Op::Write)?;
+        IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            match file.write_vectored(bufs) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// `fdatasync`.
