@@ -164,11 +164,12 @@ fn recognise(path: &Path) -> Result<(InputFile, SchemaRef), CliError> {
             reason: "the file is empty".into(),
         });
     }
+    // The stream decoder's own message ("expected 1936287860 metadata bytes") would only confuse.
     match StreamReader::try_new(BufReader::new(file), None) {
         Ok(reader) => Ok((input(Format::ArrowStream, None), reader.schema())),
-        Err(e) => Err(CliError::NotArrowData {
+        Err(_) => Err(CliError::NotArrowData {
             path: path.to_owned(),
-            reason: format!("no parquet or Arrow file magic, and not an Arrow stream: {e}"),
+            reason: "it has neither magic bytes and does not decode as an Arrow stream".into(),
         }),
     }
 }
