@@ -124,8 +124,12 @@ pub(crate) enum CompressionArg {
 pub(crate) enum FormatArg {
     /// Parquet, snappy compressed: DIR/part-00000.parquet.
     Parquet,
-    /// Arrow IPC file format, uncompressed: DIR/part-00000.arrow.
+    /// Arrow IPC file format, uncompressed: DIR/part-00000.arrow. A dictionary column must keep
+    /// one dictionary per partition (the IPC file format cannot replace it); use arrow-stream or
+    /// parquet for dictionaries that change from batch to batch.
     Arrow,
+    /// Arrow IPC stream format, uncompressed: DIR/part-00000.arrows. Allows any dictionaries.
+    ArrowStream,
 }
 
 impl FormatArg {
@@ -134,6 +138,7 @@ impl FormatArg {
         match self {
             FormatArg::Parquet => "parquet",
             FormatArg::Arrow => "arrow",
+            FormatArg::ArrowStream => "arrows",
         }
     }
 }

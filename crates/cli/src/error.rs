@@ -94,6 +94,16 @@ pub(crate) enum CliError {
         #[source]
         source: Box<dyn StdError + Send + Sync>,
     },
+    /// `--format arrow` met a dictionary column whose dictionary changes between batches.
+    #[error(
+        "cannot write {}: a dictionary column changes its dictionary between batches, which the \
+         Arrow IPC file format cannot hold; use --format arrow-stream or --format parquet",
+        .path.display()
+    )]
+    DictionaryReplaced {
+        /// The output file.
+        path: PathBuf,
+    },
     /// A spill directory that cannot be created or written.
     #[error("cannot use spill directory {}", .path.display())]
     SpillDir {

@@ -8,14 +8,15 @@
 //! complete. (A crash — power loss, SIGKILL — can leave `.tmp` files behind; they are hidden and
 //! never mistaken for output.)
 //!
-//! Parquet output is snappy compressed; Arrow output is the IPC file format, uncompressed.
+//! Parquet output is snappy compressed; Arrow output is the IPC file (`.arrow`) or stream
+//! (`.arrows`) format, uncompressed.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
-use arrow_ipc::writer::FileWriter;
+use arrow_ipc::writer::{FileWriter, StreamWriter};
 use arrow_schema::Schema;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -79,6 +80,11 @@ impl OutputDir {
                     .map_err(|e| CliError::output(&path, e))?;
                 Inner::Arrow(Box::new(writer))
             }
+            FormatArg::ArrowStream => {
+                let writer = StreamWriter::try_new(BufWriter::new(file), schema)
+                    .map_err(|e| CliError::output(&path, e))?;
+                Inner::ArrowStream(Box::new(writer))
+            }
         };
         Ok(PartitionWriter {
             path,
@@ -99,7 +105,7 @@ impl OutputDir {
         Ok(())
     }
 
-    /// Removes `part-NNNNN.parquet` and `part-NNNNN.arrow` files this run will not write.
+    /// Removes `part-NNNNN.{parquet,arrow,arrows}` files this run will not write.
     fn remove_stale(&self) -> Result<(), CliError> {
         let entries = std::fs::read_dir(&self.dir).map_err(|e| CliError::output(&self.dir, e))?;
         for entry in entries {
@@ -145,6 +151,7 @@ fn part_index(name: &str) -> Option<u32> {
 enum Inner {
     Parquet(Box<ArrowWriter<File>>),
     Arrow(Box<FileWriter<BufWriter<File>>>),
+    ArrowStream(Box<StreamWriter<BufWriter<File>>>),
 }
 
 /// Writes one partition's temporary file: create, `write` batches, `finish`.
@@ -159,7 +166,16 @@ impl PartitionWriter {
     pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), CliError> {
         let result = match &mut self.inner {
             Inner::Parquet(w) => w.write(batch).map_err(|e| CliError::output(&self.path, e)),
-            Inner::Arrow(w) => w.write(batch).map_err(|e| CliError::output(&self.path, e)),
+            Inner::Arrow(w) => w.write(batch).map_err(|e| {
+                if e.to_string().contains("Dictionary replacement") {
+                    CliError::DictionaryReplaced {
+                        path: self.path.clone(),
+                    }
+                } else {
+                    CliError::output(&self.path, e)
+                }
+            }),
+            Inner::ArrowStream(w) => w.write(batch).map_err(|e| CliError::output(&self.path, e)),
         };
         self.rows += batch.num_rows() as u64;
         result
@@ -176,6 +192,10 @@ impl PartitionWriter {
                 let mut buffered = w.into_inner().map_err(|e| CliError::output(&path, e))?;
                 buffered.flush().map_err(|e| CliError::output(&path, e))?;
             }
+            Inner::ArrowStream(w) => {
+                let mut buffered = w.into_inner().map_err(|e| CliError::output(&path, e))?;
+                buffered.flush().map_err(|e| CliError::output(&path, e))?;
+            }
         }
         Ok(self.rows)
     }
@@ -189,6 +209,7 @@ mod tests {
     fn part_names_are_recognised_exactly() {
         assert_eq!(part_index("part-00000.parquet"), Some(0));
         assert_eq!(part_index("part-00042.arrow"), Some(42));
+        assert_eq!(part_index("part-00007.arrows"), Some(7));
         assert_eq!(part_index("part-123456.parquet"), Some(123_456));
         for other in [
             "part-1.parquet",
