@@ -1,1 +1,73 @@
-//! placeholder
+//! A memory-first shuffle buffer for typed Arrow shards.
+//!
+//! Producers push Arrow [`RecordBatch`](arrow_array::RecordBatch)es tagged with an output
+//! partition; the buffer keeps them in memory under a budget and hands each partition back
+//! exactly once, in write order, without a global flush.
+//!
+//! The data flow, in the order a batch meets it:
+//! 1. [`ShardBuffer::builder`] -> [`ShardBufferBuilder`] -> [`ShardBuffer`], a cheap `Clone`
+//!    handle shared by every producer.
+//! 2. [`ShardBuffer::write`] (async), [`ShardBuffer::write_blocking`], [`ShardBuffer::try_write`]:
+//!    the batch is checked against the schema, sized by distinct allocation and charged to a
+//!    [`MemoryPool`]. A refused write returns a [`WriteError`] that hands the batch back.
+//! 3. [`ShardBuffer::seal`] one partition or [`ShardBuffer::finish`] them all.
+//! 4. [`ShardBuffer::read`] -> [`PartitionReader`]: an Arrow `RecordBatchReader`, a `Stream`, or
+//!    one batch via `concat`. Memory returns to the pool as batches are handed over.
+//! 5. [`ShardBuffer::close`] returns the final [`Metrics`] after checking the accounting.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow_array::{Int64Array, RecordBatch};
+//! use arrow_schema::{DataType, Field, Schema};
+//! use arrow_shards::ShardBuffer;
+//!
+//! let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+//! let buffer = ShardBuffer::builder(schema.clone(), 4).with_memory_limit(1 << 20).build()?;
+//!
+//! // producers (any number of threads or tasks, each with a clone of `buffer`)
+//! for k in 0..100i64 {
+//!     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![k]))])?;
+//!     buffer.write_blocking((k % 4) as u32, batch)?;
+//! }
+//! buffer.finish()?;
+//!
+//! // the consumer: every partition exactly once
+//! let mut rows = 0;
+//! for partition in 0..4 {
+//!     rows += buffer.read(partition)?.concat()?.num_rows();
+//! }
+//! assert_eq!(rows, 100);
+//! assert!(buffer.read(0).is_err()); // a second read is an error
+//! let metrics = buffer.close()?;
+//! assert_eq!(metrics.rows_read, 100);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod buffer;
+mod builder;
+mod error;
+mod metrics;
+mod read;
+mod schema_check;
+mod spiller;
+mod state;
+mod write;
+
+pub use arrow_shards_memory::{
+    BoundedPool, MemoryExhausted, MemoryPool, MemoryReservation, UnboundedPool,
+};
+pub use arrow_shards_spill::{Compression, SpillError};
+pub use buffer::ShardBuffer;
+pub use builder::{
+    DEFAULT_MAX_SPILL_ROUND_BYTES, DEFAULT_READ_BATCH_ROWS, DEFAULT_SPILL_SEGMENT_BYTES,
+    DEFAULT_SPILL_TARGET, DEFAULT_SPILL_THRESHOLD, ShardBufferBuilder,
+};
+pub use error::{ConfigError, Error, WriteError};
+pub use metrics::Metrics;
+pub use read::PartitionReader;
+pub use state::PartitionSize;
+
+/// The README's example, compiled and run as a doc test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

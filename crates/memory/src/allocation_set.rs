@@ -61,7 +61,11 @@ impl AllocationSet {
                     self.refs.remove(&a.ptr);
                 }
             } else {
-                debug_assert!(false, "removing allocation {:#x} that was never inserted", a.ptr);
+                debug_assert!(
+                    false,
+                    "removing allocation {:#x} that was never inserted",
+                    a.ptr
+                );
             }
         }
         self.bytes -= freed;
@@ -100,7 +104,9 @@ mod tests {
         .unwrap();
         let whole = batch_memory_size(&batch);
         let mut set = AllocationSet::new();
-        let slices: Vec<_> = (0..10).map(|i| batch_allocations(&batch.slice(i * 1000, 1000))).collect();
+        let slices: Vec<_> = (0..10)
+            .map(|i| batch_allocations(&batch.slice(i * 1000, 1000)))
+            .collect();
         let added: usize = slices.iter().map(|s| set.insert(s)).sum();
         assert_eq!(added, whole);
         let freed: Vec<usize> = slices.iter().map(|s| set.remove(s)).collect();

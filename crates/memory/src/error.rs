@@ -18,6 +18,10 @@ pub struct MemoryExhausted {
 impl MemoryExhausted {
     /// Builds the error; for pools implemented outside this crate.
     pub fn new(needed: usize, reserved: usize, limit: usize) -> Self {
-        Self { needed, reserved, limit }
+        Self {
+            needed,
+            reserved,
+            limit,
+        }
     }
 }

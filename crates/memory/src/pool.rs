@@ -74,9 +74,14 @@ impl Counter {
         }
         let before = self
             .reserved
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| Some(r.saturating_sub(bytes)))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r.saturating_sub(bytes))
+            })
             .unwrap_or_else(|r| r);
-        debug_assert!(before >= bytes, "pool shrunk by {bytes} with only {before} reserved");
+        debug_assert!(
+            before >= bytes,
+            "pool shrunk by {bytes} with only {before} reserved"
+        );
         self.signal.notify();
     }
 }
@@ -91,7 +96,10 @@ pub struct BoundedPool {
 impl BoundedPool {
     /// A pool of `limit` bytes. A limit of 0 refuses every non-empty reservation.
     pub fn new(limit: usize) -> Self {
-        Self { limit, counter: Counter::default() }
+        Self {
+            limit,
+            counter: Counter::default(),
+        }
     }
 }
 

@@ -48,7 +48,12 @@ impl ReleaseSignal {
         let mut epoch = self.epoch.lock().unwrap_or_else(PoisonError::into_inner);
         while *epoch == seen {
             match deadline {
-                None => epoch = self.cond.wait(epoch).unwrap_or_else(PoisonError::into_inner),
+                None => {
+                    epoch = self
+                        .cond
+                        .wait(epoch)
+                        .unwrap_or_else(PoisonError::into_inner)
+                }
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {

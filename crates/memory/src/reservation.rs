@@ -14,7 +14,10 @@ pub struct MemoryReservation {
 impl MemoryReservation {
     /// An empty reservation against `pool`.
     pub fn new(pool: &Arc<dyn MemoryPool>) -> Self {
-        Self { pool: Arc::clone(pool), size: 0 }
+        Self {
+            pool: Arc::clone(pool),
+            size: 0,
+        }
     }
 
     /// Bytes this reservation holds.
@@ -60,7 +63,10 @@ impl MemoryReservation {
     pub fn split(&mut self, bytes: usize) -> MemoryReservation {
         let bytes = bytes.min(self.size);
         self.size -= bytes;
-        Self { pool: Arc::clone(&self.pool), size: bytes }
+        Self {
+            pool: Arc::clone(&self.pool),
+            size: bytes,
+        }
     }
 
     /// Moves everything `other` holds into `self`, without touching the pool.

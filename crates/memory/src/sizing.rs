@@ -35,14 +35,18 @@ pub fn batch_allocations(batch: &RecordBatch) -> Vec<Allocation> {
     for column in batch.columns() {
         visit(&column.to_data(), &mut seen);
     }
-    seen.into_iter().map(|(ptr, capacity)| Allocation { ptr, capacity }).collect()
+    seen.into_iter()
+        .map(|(ptr, capacity)| Allocation { ptr, capacity })
+        .collect()
 }
 
 /// The distinct allocations `array` keeps alive, each listed once.
 pub fn array_allocations(array: &dyn Array) -> Vec<Allocation> {
     let mut seen = HashMap::new();
     visit(&array.to_data(), &mut seen);
-    seen.into_iter().map(|(ptr, capacity)| Allocation { ptr, capacity }).collect()
+    seen.into_iter()
+        .map(|(ptr, capacity)| Allocation { ptr, capacity })
+        .collect()
 }
 
 /// The bytes `batch` keeps alive: the sum of [`batch_allocations`].
@@ -67,7 +71,8 @@ fn record(buffer: &Buffer, seen: &mut HashMap<usize, usize>) {
     if capacity == 0 {
         return;
     }
-    seen.entry(buffer.data_ptr().as_ptr() as usize).or_insert(capacity);
+    seen.entry(buffer.data_ptr().as_ptr() as usize)
+        .or_insert(capacity);
 }
 
 #[cfg(test)]
@@ -102,9 +107,9 @@ mod tests {
 
     #[test]
     fn nulls_and_offsets_and_values_are_all_counted() {
-        let s: ArrayRef = Arc::new(StringArray::from_iter((0..1000).map(|i| {
-            (i % 3 != 0).then(|| format!("value-{i}"))
-        })));
+        let s: ArrayRef = Arc::new(StringArray::from_iter(
+            (0..1000).map(|i| (i % 3 != 0).then(|| format!("value-{i}"))),
+        ));
         let batch = RecordBatch::try_from_iter([("s", s)]).unwrap();
         // offsets 4004 bytes + values ~8 KB + validity 125 bytes, rounded up to 64-byte blocks
         let size = batch_memory_size(&batch);
@@ -148,7 +153,10 @@ mod tests {
         }
         let list: ArrayRef = Arc::new(lb.finish());
         let strukt: ArrayRef = Arc::new(StructArray::from(vec![
-            (Arc::new(Field::new("l", list.data_type().clone(), true)), list.clone()),
+            (
+                Arc::new(Field::new("l", list.data_type().clone(), true)),
+                list.clone(),
+            ),
             (Arc::new(Field::new("i", DataType::Int64, false)), ints(100)),
         ]));
         let batch = RecordBatch::try_from_iter([("s", strukt)]).unwrap();
@@ -162,12 +170,18 @@ mod tests {
         let batch = RecordBatch::try_from_iter([
             ("a", ints(10_000)),
             ("b", ints(10_000)),
-            ("c", Arc::new(StringArray::from_iter_values((0..10_000).map(|i| i.to_string()))) as _),
+            (
+                "c",
+                Arc::new(StringArray::from_iter_values(
+                    (0..10_000).map(|i| i.to_string()),
+                )) as _,
+            ),
         ])
         .unwrap();
         let mut bytes = Vec::new();
         {
-            let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema()).unwrap();
+            let mut w =
+                arrow_ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema()).unwrap();
             w.write(&batch).unwrap();
             w.finish().unwrap();
         }

@@ -1,7 +1,101 @@
 //! Checksummed Arrow IPC spill runs (package `arrow-shards-spill`).
 //!
-//! When the buffer runs short of memory it writes its largest partitions to disk as one *run*:
-//! an append-only file holding one framed, CRC32C-checked Arrow IPC stream (*segment*) per
-//! partition, and returns a `SegmentRef` per segment for the caller's index.
+//! When a shuffle buffer runs short of memory it writes its largest partitions to disk in one
+//! go, a *run*: one append-only file holding one *segment* per partition. A segment is a
+//! self-contained Arrow IPC stream (schema, dictionaries, batches, end marker) framed by our
+//! own header and trailer, which carry the partition id, the lengths and a CRC32C. Writing a
+//! run returns a [`SegmentRef`] per segment; the caller keeps them as its index and reads each
+//! partition back with [`SegmentRef::read`], which verifies the checksum before decoding
+//! anything. The byte layout is in `docs/spill-format.md`.
 //!
-//! Being built (issue 3): this crate has no public items yet.
+//! The principal types, in the order data flows through them:
+//! - [`SpillDir`]: a private directory (mode 0700, unique name, owner marker) under a root such
+//!   as `std::env::temp_dir()`. It names files by a counter, counts [`SpillMetrics`], and is
+//!   removed on [`SpillDir::close`] or drop; [`sweep`] removes those of crashed processes.
+//! - [`SpillOptions`] and [`Compression`]: compression, coalescing of small batches (8192
+//!   rows by default), file rotation size.
+//! - [`RunWriter`]: [`append`](RunWriter::append) one segment per partition, then
+//!   [`finish`](RunWriter::finish). A run is all or nothing: on error no segment is
+//!   registered, the files are removed, and the caller still holds its batches.
+//! - [`SegmentRef`]: where a segment is and what it holds (rows, batches, in-memory bytes,
+//!   checksum). A run file is deleted when the last `SegmentRef` into it is dropped.
+//! - [`SpillError`]: every error names its path; a full disk is [`SpillError::DiskFull`], bad
+//!   bytes are [`SpillError::Corrupt`].
+//!
+//! Resources stay bounded: a writer holds one file descriptor, a read opens, reads and closes
+//! its file, so 10,000 partitions in a run cost one file, not 10,000.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow_array::{Int64Array, RecordBatch, StringArray};
+//! use arrow_shards_spill::{Compression, SpillDir, SpillOptions};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let tmp = tempfile::tempdir()?;
+//! # let root = tmp.path();
+//! // let root = std::env::temp_dir();
+//! let dir = SpillDir::create(root)?;
+//! let batch = RecordBatch::try_from_iter([
+//!     ("id", Arc::new(Int64Array::from(vec![1, 2, 3])) as _),
+//!     ("name", Arc::new(StringArray::from(vec!["a", "b", "c"])) as _),
+//! ])?;
+//!
+//! // one run holding two partitions
+//! let options = SpillOptions::default().with_compression(Compression::Lz4);
+//! let mut writer = dir.run_writer(batch.schema(), options);
+//! writer.append(7, &[batch.clone()])?;
+//! writer.append(9, &[batch.slice(1, 2)])?;
+//! let segments = writer.finish()?;
+//! assert_eq!(segments.len(), 2);
+//! assert_eq!(segments[0].path(), segments[1].path()); // same file
+//!
+//! // read partition 9 back
+//! let read = segments[1].read()?;
+//! assert_eq!(segments[1].partition(), 9);
+//! assert_eq!(read, vec![batch.slice(1, 2)]);
+//! assert_eq!(dir.metrics().segments, 2);
+//!
+//! drop(segments); // the run file is deleted here
+//! assert_eq!(dir.metrics().files, 0);
+//! dir.close()?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod dir;
+mod error;
+mod format;
+mod fs;
+mod metrics;
+mod options;
+mod read;
+mod segment;
+mod sweep;
+mod writer;
+
+pub use dir::SpillDir;
+pub use error::SpillError;
+#[cfg(any(test, feature = "test-utils"))]
+pub use fs::{FaultPlan, FsOp};
+pub use metrics::SpillMetrics;
+pub use options::{Compression, DEFAULT_COALESCE_ROWS, DEFAULT_MAX_FILE_BYTES, SpillOptions};
+pub use segment::SegmentRef;
+pub use sweep::{SweepReport, sweep};
+pub use writer::RunWriter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_can_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<SpillDir>();
+        send_sync::<SegmentRef>();
+        send_sync::<SpillError>();
+        send::<RunWriter>();
+    }
+}

@@ -1,0 +1,281 @@
+//! The [`ShardBuffer`] handle: lifecycle (seal, finish, close), reads and metrics.
+//! Writes are in [`crate::write`], the background spiller in [`crate::spiller`].
+//!
+//! # Locking
+//! One `Mutex<State>` ([`crate::state`]) guards partitions and accounting; counters touched by
+//! readers are atomics outside it. Lock order: `State`, then the pool's release signal (taken
+//! inside `MemoryPool::shrink`). Nothing blocks, spawns, sends or does I/O under `State`; the
+//! spiller's thread handle has its own mutex, never taken together with `State`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use arrow_schema::SchemaRef;
+use arrow_shards_memory::{MemoryPool, MemoryReservation};
+
+use arrow_shards_spill::{SpillDir, SpillError};
+
+use crate::builder::{Config, SpillConfig};
+use crate::read::PartitionReader;
+use crate::spiller::{SpillSide, Spiller};
+use crate::state::{PartitionSize, State};
+use crate::{ConfigError, Error, Metrics, ShardBufferBuilder};
+
+/// A memory-budgeted buffer of Arrow record batches, each tagged with an output partition.
+///
+/// A cheap handle: clone it into every producer thread or task. Producers [`write`] batches to
+/// partitions `0..num_partitions`; a consumer [`read`]s each partition exactly once after it is
+/// [`seal`]ed or the whole buffer is [`finish`]ed, getting its batches back in write order (per
+/// producer).
+///
+/// [`write`]: ShardBuffer::write
+/// [`read`]: ShardBuffer::read
+/// [`seal`]: ShardBuffer::seal
+/// [`finish`]: ShardBuffer::finish
+#[derive(Debug, Clone)]
+pub struct ShardBuffer {
+    pub(crate) shared: Arc<Shared>,
+    /// The spiller thread, stopped when the last handle goes (readers do not keep it).
+    pub(crate) spiller: Option<Arc<Spiller>>,
+}
+
+/// State shared by every clone of a buffer and by its readers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) schema: SchemaRef,
+    pub(crate) num_partitions: u32,
+    pub(crate) pool: Arc<dyn MemoryPool>,
+    pub(crate) config: Config,
+    pub(crate) state: Mutex<State>,
+    pub(crate) counters: Counters,
+    pub(crate) spill: Option<SpillSide>,
+}
+
+/// Counters updated outside the state lock.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) batches_read: AtomicU64,
+    pub(crate) rows_read: AtomicU64,
+    pub(crate) write_wait_nanos: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic under the lock cannot leave State half-updated in a way that loses batches:
+        // every mutation is a push or a take; keep serving rather than poisoning every handle.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn check_partition(&self, partition: u32) -> Result<(), Error> {
+        if partition < self.num_partitions {
+            Ok(())
+        } else {
+            Err(Error::PartitionOutOfRange {
+                partition,
+                num_partitions: self.num_partitions,
+            })
+        }
+    }
+}
+
+impl ShardBuffer {
+    /// Starts building a buffer for batches of `schema` spread over `num_partitions` partitions.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use arrow_schema::{DataType, Field, Schema};
+    /// use arrow_shards::ShardBuffer;
+    ///
+    /// let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    /// let buffer = ShardBuffer::builder(schema, 16).with_memory_limit(64 << 20).build().unwrap();
+    /// assert_eq!(buffer.num_partitions(), 16);
+    /// ```
+    pub fn builder(schema: SchemaRef, num_partitions: u32) -> ShardBufferBuilder {
+        ShardBufferBuilder::new(schema, num_partitions)
+    }
+
+    pub(crate) fn from_parts(
+        schema: SchemaRef,
+        num_partitions: u32,
+        pool: Arc<dyn MemoryPool>,
+        config: Config,
+        spill: Option<SpillConfig>,
+    ) -> Result<Self, ConfigError> {
+        let reservation = MemoryReservation::new(&pool);
+        let state = Mutex::new(State::new(num_partitions, reservation));
+        let spill = match spill {
+            Some(config) => {
+                let dir = SpillDir::create(&config.root)
+                    .map_err(|e| ConfigError::SpillDir(Arc::new(e)))?;
+                Some(SpillSide::new(dir, config))
+            }
+            None => None,
+        };
+        let has_spill = spill.is_some();
+        let shared = Arc::new(Shared {
+            schema,
+            num_partitions,
+            pool,
+            config,
+            state,
+            counters: Counters::default(),
+            spill,
+        });
+        let spiller = if has_spill {
+            let spiller = Spiller::start(Arc::clone(&shared)).map_err(|source| {
+                let path = "arrow-shards-spiller thread".into();
+                ConfigError::SpillDir(Arc::new(SpillError::Io { path, source }))
+            })?;
+            Some(Arc::new(spiller))
+        } else {
+            None
+        };
+        Ok(Self { shared, spiller })
+    }
+
+    /// Makes chosen file operations of the spill directory fail (tests of error paths).
+    /// Returns `false` if spilling is off.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn set_spill_fault_plan(&self, plan: arrow_shards_spill::FaultPlan) -> bool {
+        self.shared
+            .spill
+            .as_ref()
+            .map(|s| s.dir.set_fault_plan(plan))
+            .is_some()
+    }
+
+    /// The private spill directory, if spilling is on.
+    pub fn spill_dir(&self) -> Option<&std::path::Path> {
+        self.shared.spill.as_ref().map(|s| s.dir.path())
+    }
+
+    /// The schema every batch is written and read with.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.shared.schema
+    }
+
+    /// The number of partitions.
+    pub fn num_partitions(&self) -> u32 {
+        self.shared.num_partitions
+    }
+
+    /// The pool this buffer draws memory from.
+    pub fn memory_pool(&self) -> &Arc<dyn MemoryPool> {
+        &self.shared.pool
+    }
+
+    /// Accepts no more writes to `partition`; it may then be read while other partitions are
+    /// still written. Sealing twice is harmless.
+    pub fn seal(&self, partition: u32) -> Result<(), Error> {
+        self.shared.check_partition(partition)?;
+        let mut state = self.shared.lock();
+        if state.closed {
+            return Err(Error::Closed);
+        }
+        state.partitions[partition as usize].sealed = true;
+        Ok(())
+    }
+
+    /// Accepts no more writes at all; every partition may then be read. Idempotent.
+    pub fn finish(&self) -> Result<(), Error> {
+        let mut state = self.shared.lock();
+        if state.closed {
+            return Err(Error::Closed);
+        }
+        state.finished = true;
+        Ok(())
+    }
+
+    /// Takes `partition` for reading, exactly once, after it is sealed or the buffer finished.
+    ///
+    /// The reader yields the partition's batches in write order (per producer); a partition that
+    /// got no data reads as empty. Memory goes back to the pool as the reader hands batches over.
+    ///
+    /// Spilled segments come first, in spill order, then batches in memory, so each producer's
+    /// write order holds across spills. A read racing a spill of the same partition takes the
+    /// batches being spilled back from memory; the spill's copy is discarded.
+    pub fn read(&self, partition: u32) -> Result<PartitionReader, Error> {
+        self.shared.check_partition(partition)?;
+        let taken = self.shared.lock().take_for_read(partition)?;
+        Ok(PartitionReader::new(Arc::clone(&self.shared), taken))
+    }
+
+    /// A snapshot of the buffer's counters.
+    pub fn metrics(&self) -> Metrics {
+        let state = self.shared.lock();
+        self.metrics_of(&state)
+    }
+
+    fn metrics_of(&self, state: &State) -> Metrics {
+        let counters = &self.shared.counters;
+        Metrics {
+            reserved: state.reservation.size(),
+            peak_reserved: state.peak,
+            pool_reserved: self.shared.pool.reserved(),
+            memory_limit: self.shared.pool.limit(),
+            batches_written: state.batches_written,
+            rows_written: state.rows_written,
+            bytes_written: state.bytes_written,
+            batches_read: counters.batches_read.load(Ordering::Relaxed),
+            rows_read: counters.rows_read.load(Ordering::Relaxed),
+            partitions_read: state.partitions_read,
+            write_wait: Duration::from_nanos(counters.write_wait_nanos.load(Ordering::Relaxed)),
+            bytes_spilled: state.bytes_spilled,
+            spill_error: state.spill_error.as_ref().map(|e| e.to_string()),
+            ..self.spill_metrics()
+        }
+    }
+
+    fn spill_metrics(&self) -> Metrics {
+        let Some(side) = &self.shared.spill else {
+            return Metrics::default();
+        };
+        let m = side.dir.metrics();
+        Metrics {
+            bytes_on_disk: m.bytes_on_disk,
+            bytes_written_to_disk: m.bytes_written,
+            spill_runs: m.runs,
+            spill_files: m.files_created,
+            spill_time: m.write_time,
+            spill_read_time: m.read_time,
+            ..Metrics::default()
+        }
+    }
+
+    /// Per-partition sizes in memory and on disk (a scan of all partitions: for diagnostics).
+    pub fn partition_sizes(&self) -> Vec<PartitionSize> {
+        self.shared.lock().partition_sizes()
+    }
+
+    /// Shuts the buffer: stops the spiller (after the round it is on), refuses everything
+    /// afterwards, drops batches nobody read, removes the spill directory, and returns the final
+    /// metrics after checking that the reservation matches the bytes held (a mismatch is
+    /// [`Error::AccountingMismatch`], a bug). If a spill failed, its error is returned instead,
+    /// after the same clean-up. Readers already handed out keep their memory batches; their
+    /// segments not yet read fail with an I/O error naming the removed file. Closing twice is
+    /// harmless.
+    pub fn close(&self) -> Result<Metrics, Error> {
+        if let Some(spiller) = &self.spiller {
+            spiller.stop();
+        }
+        let (metrics, drained, spill_error) = {
+            let mut state = self.shared.lock();
+            state.check_balance()?;
+            let metrics = self.metrics_of(&state);
+            state.closed = true;
+            (metrics, state.drain_all(), state.spill_error.clone())
+        };
+        drop(drained);
+        // Writers parked on the pool retry, find the buffer closed and get their batch back.
+        self.shared.pool.release_signal().notify();
+
+        if let Some(side) = &self.shared.spill {
+            side.dir.close().map_err(|e| Error::Spill(Arc::new(e)))?;
+        }
+        match spill_error {
+            Some(error) => Err(Error::Spill(error)),
+            None => Ok(metrics),
+        }
+    }
+}

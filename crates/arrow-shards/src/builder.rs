@@ -1,0 +1,252 @@
+//! Building a [`ShardBuffer`]: every setting, its default, and the checks `build()` makes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_schema::SchemaRef;
+use arrow_shards_memory::{BoundedPool, MemoryPool, UnboundedPool};
+use arrow_shards_spill::{Compression, SpillOptions};
+
+use crate::{ConfigError, ShardBuffer};
+
+/// Default fraction of the memory limit at which the spiller starts.
+pub const DEFAULT_SPILL_THRESHOLD: f64 = 0.8;
+/// Default fraction of the memory limit the spiller spills down to.
+pub const DEFAULT_SPILL_TARGET: f64 = 0.6;
+/// Default most in-memory bytes one spill round writes.
+pub const DEFAULT_MAX_SPILL_ROUND_BYTES: usize = 64 << 20;
+/// Default most in-memory bytes in one spilled segment (a reader decodes one segment at a time).
+pub const DEFAULT_SPILL_SEGMENT_BYTES: usize = 4 << 20;
+/// Default rows per batch handed out by readers.
+pub const DEFAULT_READ_BATCH_ROWS: usize = 8192;
+
+/// Settings for a [`ShardBuffer`]; made by [`ShardBuffer::builder`].
+#[derive(Debug)]
+#[must_use]
+pub struct ShardBufferBuilder {
+    schema: SchemaRef,
+    num_partitions: u32,
+    memory_limit: Option<usize>,
+    pool: Option<Arc<dyn MemoryPool>>,
+    write_timeout: Option<Duration>,
+    read_batch_rows: Option<usize>,
+    spill_enabled: bool,
+    spill_dir: Option<PathBuf>,
+    spill_threshold: f64,
+    spill_target: f64,
+    max_spill_round_bytes: usize,
+    spill_segment_bytes: usize,
+    spill_options: SpillOptions,
+}
+
+/// The settings of a built buffer.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) write_timeout: Option<Duration>,
+    pub(crate) read_batch_rows: Option<usize>,
+}
+
+/// The spill settings of a built buffer, in bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct SpillConfig {
+    pub(crate) root: PathBuf,
+    pub(crate) threshold_bytes: usize,
+    pub(crate) target_bytes: usize,
+    pub(crate) max_round_bytes: usize,
+    pub(crate) segment_bytes: usize,
+    pub(crate) options: SpillOptions,
+}
+
+impl ShardBufferBuilder {
+    pub(crate) fn new(schema: SchemaRef, num_partitions: u32) -> Self {
+        Self {
+            schema,
+            num_partitions,
+            memory_limit: None,
+            pool: None,
+            write_timeout: None,
+            read_batch_rows: Some(DEFAULT_READ_BATCH_ROWS),
+            spill_enabled: true,
+            spill_dir: None,
+            spill_threshold: DEFAULT_SPILL_THRESHOLD,
+            spill_target: DEFAULT_SPILL_TARGET,
+            max_spill_round_bytes: DEFAULT_MAX_SPILL_ROUND_BYTES,
+            spill_segment_bytes: DEFAULT_SPILL_SEGMENT_BYTES,
+            spill_options: SpillOptions::default(),
+        }
+    }
+
+    /// Caps the bytes this buffer may hold in memory, with a pool of its own. A limit of 0
+    /// keeps nothing in memory: with spilling every batch goes straight to disk, without it
+    /// every non-empty batch is refused. Exclusive with
+    /// [`with_memory_pool`](Self::with_memory_pool).
+    ///
+    /// Default: unlimited (an [`UnboundedPool`] that still counts; nothing is ever spilled).
+    pub fn with_memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// Draws memory from `pool`, which other buffers (other shuffles in this process) may share.
+    /// Each buffer spills its own largest partitions while the *pool* is above the threshold.
+    ///
+    /// Default: a pool of this buffer's own, sized by `with_memory_limit`.
+    pub fn with_memory_pool(mut self, pool: Arc<dyn MemoryPool>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Bounds how long a write waits for room. With spilling, writers otherwise wait as long as
+    /// the spiller and readers need; without spilling they otherwise fail at once. Async writes
+    /// time out with tokio's timer, so they need a tokio runtime with time enabled.
+    ///
+    /// Default: none (wait for the spiller with spilling on; fail at once with spilling off).
+    pub fn with_write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = Some(timeout);
+        self
+    }
+
+    /// Rows per batch handed out by readers: small batches are coalesced up to this many rows,
+    /// batches at or above it pass through uncopied. `0` hands batches over exactly as written
+    /// (memory batches without any copy).
+    ///
+    /// Default: 8192.
+    pub fn with_read_batch_rows(mut self, rows: usize) -> Self {
+        self.read_batch_rows = (rows > 0).then_some(rows);
+        self
+    }
+
+    /// Spills under `dir`, in a private subdirectory created at `build()` and removed on close.
+    ///
+    /// Default: the system temp dir (`std::env::temp_dir()`).
+    pub fn with_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.spill_dir = Some(dir.into());
+        self.spill_enabled = true;
+        self
+    }
+
+    /// Never touches disk: a write that does not fit waits (`with_write_timeout`) or fails with
+    /// `MemoryExhausted`, handing its batch back.
+    ///
+    /// Default: spilling is on (it only acts when the pool has a limit).
+    pub fn with_spill_disabled(mut self) -> Self {
+        self.spill_enabled = false;
+        self
+    }
+
+    /// Fraction of the pool's limit at which the spiller starts, in `(0, 1]`.
+    ///
+    /// Default: 0.8 (see `docs/architecture.md` for the measurement behind it).
+    pub fn with_spill_threshold(mut self, fraction: f64) -> Self {
+        self.spill_threshold = fraction;
+        self
+    }
+
+    /// Fraction of the pool's limit the spiller spills down to, in `[0, threshold)`.
+    ///
+    /// Default: 0.6.
+    pub fn with_spill_target(mut self, fraction: f64) -> Self {
+        self.spill_target = fraction;
+        self
+    }
+
+    /// The most in-memory bytes one spill round writes (one run file); more rounds follow while
+    /// the pool is above the target. At least one partition is spilled per round.
+    ///
+    /// Default: 64 MiB.
+    pub fn with_max_spill_round_bytes(mut self, bytes: usize) -> Self {
+        self.max_spill_round_bytes = bytes;
+        self
+    }
+
+    /// The most in-memory bytes in one spilled segment: a partition's batches in one round are
+    /// split into segments of at most this size (a larger batch is a segment of its own). A
+    /// reader decodes one segment at a time, so this bounds how far a read may take the pool
+    /// past its limit (see `docs/memory-accounting.md`).
+    ///
+    /// Default: 4 MiB.
+    pub fn with_spill_segment_bytes(mut self, bytes: usize) -> Self {
+        self.spill_segment_bytes = bytes;
+        self
+    }
+
+    /// Compression of spilled data.
+    ///
+    /// Default: [`Compression::None`] (compression is slower than this project's disks; see
+    /// `docs/benchmarks.md`).
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.spill_options = self.spill_options.with_compression(compression);
+        self
+    }
+
+    /// Size past which a spill run continues in a new file.
+    ///
+    /// Default: 1 GiB.
+    pub fn with_spill_file_bytes(mut self, bytes: u64) -> Self {
+        self.spill_options = self.spill_options.with_max_file_bytes(bytes);
+        self
+    }
+
+    /// Checks the settings and builds the buffer. With spilling on and a bounded pool, creates
+    /// the private spill directory and starts the spiller thread.
+    pub fn build(self) -> Result<ShardBuffer, ConfigError> {
+        if self.num_partitions == 0 {
+            return Err(ConfigError::NoPartitions);
+        }
+        let pool: Arc<dyn MemoryPool> = match (self.pool, self.memory_limit) {
+            (Some(_), Some(_)) => return Err(ConfigError::LimitAndPool),
+            (Some(pool), None) => pool,
+            (None, Some(limit)) => Arc::new(BoundedPool::new(limit)),
+            (None, None) => Arc::new(UnboundedPool::new()),
+        };
+        if !(self.spill_threshold > 0.0 && self.spill_threshold <= 1.0) {
+            return Err(invalid(
+                "spill_threshold",
+                self.spill_threshold,
+                "must be in (0, 1]",
+            ));
+        }
+        if !(self.spill_target >= 0.0 && self.spill_target < self.spill_threshold) {
+            return Err(invalid(
+                "spill_target",
+                self.spill_target,
+                "must be in [0, spill_threshold)",
+            ));
+        }
+        if self.max_spill_round_bytes == 0 {
+            return Err(invalid("max_spill_round_bytes", 0, "must be at least 1"));
+        }
+        if self.spill_segment_bytes == 0 {
+            return Err(invalid("spill_segment_bytes", 0, "must be at least 1"));
+        }
+        let config = Config {
+            write_timeout: self.write_timeout,
+            read_batch_rows: self.read_batch_rows,
+        };
+        let spill = match (self.spill_enabled, pool.limit()) {
+            (true, Some(limit)) => Some(SpillConfig {
+                root: self.spill_dir.unwrap_or_else(std::env::temp_dir),
+                threshold_bytes: fraction_of(limit, self.spill_threshold),
+                target_bytes: fraction_of(limit, self.spill_target),
+                max_round_bytes: self.max_spill_round_bytes,
+                segment_bytes: self.spill_segment_bytes,
+                options: self.spill_options,
+            }),
+            _ => None,
+        };
+        ShardBuffer::from_parts(self.schema, self.num_partitions, pool, config, spill)
+    }
+}
+
+fn fraction_of(limit: usize, fraction: f64) -> usize {
+    (limit as f64 * fraction) as usize
+}
+
+fn invalid(setting: &'static str, value: impl ToString, why: &'static str) -> ConfigError {
+    ConfigError::Invalid {
+        setting,
+        value: value.to_string(),
+        why,
+    }
+}

@@ -1,0 +1,154 @@
+//! Errors of the buffer. A refused write always hands its batch back ([`WriteError`]).
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::ArrowError;
+use arrow_shards_spill::SpillError;
+use thiserror::Error;
+
+/// Why the buffer refused an operation.
+#[derive(Debug, Clone, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The partition id is not in `0..num_partitions`.
+    #[error("partition {partition} is out of range: the buffer has {num_partitions} partitions")]
+    PartitionOutOfRange {
+        /// The partition asked for.
+        partition: u32,
+        /// The buffer's partition count.
+        num_partitions: u32,
+    },
+    /// The batch's schema does not match the buffer's.
+    #[error("schema mismatch: {0}")]
+    SchemaMismatch(String),
+    /// `finish()` was called: no more writes.
+    #[error("the buffer is finished: no more writes are accepted")]
+    Finished,
+    /// `seal(partition)` was called: no more writes to it.
+    #[error("partition {partition} is sealed: no more writes are accepted for it")]
+    Sealed {
+        /// The sealed partition.
+        partition: u32,
+    },
+    /// The batch does not fit in the memory budget (and waiting is not allowed or timed out).
+    #[error(
+        "memory exhausted: the batch needs {needed} more bytes with {reserved} of {limit} bytes reserved"
+    )]
+    MemoryExhausted {
+        /// Bytes the batch would add to the buffer's reservation.
+        needed: usize,
+        /// Bytes reserved in the pool when the write was refused.
+        reserved: usize,
+        /// The pool's limit.
+        limit: usize,
+    },
+    /// `close()` was called.
+    #[error("the buffer is closed")]
+    Closed,
+    /// The partition may not be read yet.
+    #[error("partition {partition} is not complete: seal it or finish the buffer before reading")]
+    NotComplete {
+        /// The partition asked for.
+        partition: u32,
+    },
+    /// The partition was already read; reads are exactly once.
+    #[error("partition {partition} was already read: each partition is read exactly once")]
+    AlreadyRead {
+        /// The partition asked for.
+        partition: u32,
+    },
+    /// Spilling to disk failed; spilling is paused and the batches it was writing stayed in
+    /// memory. A write that would have to wait for room gets this with its batch back.
+    #[error("spilling failed: {0}")]
+    Spill(Arc<SpillError>),
+    /// A background thread of the buffer died (a bug in arrow-shards).
+    #[error("internal error: {0} (a bug in arrow-shards)")]
+    Internal(&'static str),
+    /// The bytes the pool holds for this buffer differ from the bytes its batches hold.
+    /// This is a bug in arrow-shards; please report it.
+    #[error(
+        "internal accounting error: {reserved} bytes reserved but {held} bytes held (a bug in arrow-shards)"
+    )]
+    AccountingMismatch {
+        /// Bytes the buffer's reservation holds.
+        reserved: usize,
+        /// Bytes its batches keep alive.
+        held: usize,
+    },
+}
+
+impl From<Error> for ArrowError {
+    fn from(error: Error) -> Self {
+        ArrowError::ExternalError(Box::new(error))
+    }
+}
+
+/// A refused write: why, and the batch, handed back untouched.
+#[derive(Debug, Clone, Error)]
+#[error("write to partition {partition} refused: {error}")]
+pub struct WriteError {
+    partition: u32,
+    error: Error,
+    batch: RecordBatch,
+}
+
+impl WriteError {
+    pub(crate) fn new(partition: u32, error: Error, batch: RecordBatch) -> Self {
+        Self {
+            partition,
+            error,
+            batch,
+        }
+    }
+
+    /// Why the write was refused.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The partition the write was for.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// The refused batch.
+    pub fn batch(&self) -> &RecordBatch {
+        &self.batch
+    }
+
+    /// Takes the refused batch back.
+    pub fn into_batch(self) -> RecordBatch {
+        self.batch
+    }
+
+    /// Splits into the reason and the batch.
+    pub fn into_parts(self) -> (Error, RecordBatch) {
+        (self.error, self.batch)
+    }
+}
+
+/// A builder setting that cannot work.
+#[derive(Debug, Clone, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `num_partitions` was 0.
+    #[error("num_partitions must be at least 1")]
+    NoPartitions,
+    /// Both a memory limit and a pool were given.
+    #[error("with_memory_limit and with_memory_pool are exclusive: size the pool instead")]
+    LimitAndPool,
+    /// The spill directory could not be created.
+    #[error("cannot create the spill directory: {0}")]
+    SpillDir(Arc<SpillError>),
+    /// A setting is outside its range.
+    #[error("{setting} = {value} is invalid: {why}")]
+    Invalid {
+        /// The builder setting.
+        setting: &'static str,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        why: &'static str,
+    },
+}

@@ -1,0 +1,47 @@
+//! What a buffer has done, as a snapshot.
+
+use std::time::Duration;
+
+/// A snapshot of a buffer's counters; see [`ShardBuffer::metrics`](crate::ShardBuffer::metrics).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Bytes this buffer holds in memory now (distinct allocations, see `docs/memory-accounting.md`).
+    pub reserved: usize,
+    /// The most bytes this buffer held at once.
+    pub peak_reserved: usize,
+    /// Bytes reserved in the whole pool now (other buffers sharing it included).
+    pub pool_reserved: usize,
+    /// The pool's limit, if it has one.
+    pub memory_limit: Option<usize>,
+    /// Non-empty batches accepted.
+    pub batches_written: u64,
+    /// Rows accepted.
+    pub rows_written: u64,
+    /// Sum of each accepted batch's own size (`batch_memory_size`), before sharing is deduplicated.
+    pub bytes_written: u64,
+    /// Batches handed to readers.
+    pub batches_read: u64,
+    /// Rows handed to readers.
+    pub rows_read: u64,
+    /// Partitions whose read has started.
+    pub partitions_read: u64,
+    /// Total time writers spent waiting for memory.
+    pub write_wait: Duration,
+    /// In-memory bytes (each batch's own size) that went to disk.
+    pub bytes_spilled: u64,
+    /// Bytes in spill files that exist now.
+    pub bytes_on_disk: u64,
+    /// Bytes written to spill files so far (files since deleted included).
+    pub bytes_written_to_disk: u64,
+    /// Spill runs completed.
+    pub spill_runs: u64,
+    /// Spill files created.
+    pub spill_files: u64,
+    /// Time the spiller spent encoding and writing.
+    pub spill_time: Duration,
+    /// Time readers spent reading, verifying and decoding segments.
+    pub spill_read_time: Duration,
+    /// The spill failure that paused spilling, if any.
+    pub spill_error: Option<String>,
+}

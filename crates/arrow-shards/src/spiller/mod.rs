@@ -1,0 +1,322 @@
+//! The background spiller: when the pool crosses the threshold, write the largest partitions to
+//! disk as one run, release their memory once their segments are complete, and stop at the target.
+//!
+//! One thread per buffer, fed through a crossbeam channel of [`Job`]s:
+//! - `Wake` after a write that left the pool at or above the threshold, or a write that did not
+//!   fit (with the bytes it needs, so the round frees at least that much);
+//! - `Direct` for a batch larger than the whole limit: it is written to disk at once, after the
+//!   partition's batches in memory, so the partition's order holds;
+//! - `Shutdown` from `close()` or the last handle's drop.
+//!
+//! # Locking
+//! The spiller takes the buffer's `State` lock twice per round: to pick victims and mark their
+//! batches in flight (`State::start_spill`), and to commit or abort (`State::commit_spill`,
+//! `State::abort_spill`). The run is written with no lock held. Segments voided by a racing read
+//! and the round's batch clones are dropped after unlock (dropping a `SegmentRef` may delete a
+//! file). It sends nothing while holding the lock; writers send `Wake` after unlocking.
+
+pub(crate) mod policy;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use arrow_shards_memory::MemoryReservation;
+use arrow_shards_spill::{SegmentRef, SpillDir, SpillError};
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::buffer::Shared;
+use crate::builder::SpillConfig;
+use crate::state::{SizedBatches, Stored};
+use crate::{Error, WriteError};
+
+/// What the spiller is asked to do.
+pub(crate) enum Job {
+    Wake,
+    Direct {
+        partition: u32,
+        stored: Stored,
+        reply: tokio::sync::oneshot::Sender<Result<(), WriteError>>,
+    },
+    Shutdown,
+}
+
+/// The spill side of a buffer, shared by its handles, its readers and the spiller thread.
+#[derive(Debug)]
+pub(crate) struct SpillSide {
+    pub(crate) dir: Arc<SpillDir>,
+    pub(crate) config: SpillConfig,
+    wake_pending: AtomicBool,
+    /// The largest `needed` of writers that did not fit since the last round.
+    pending_need: AtomicUsize,
+}
+
+impl SpillSide {
+    pub(crate) fn new(dir: Arc<SpillDir>, config: SpillConfig) -> Self {
+        Self {
+            dir,
+            config,
+            wake_pending: AtomicBool::new(false),
+            pending_need: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Owns the spiller thread; the last buffer handle's drop (or `close`) stops it.
+#[derive(Debug)]
+pub(crate) struct Spiller {
+    jobs: Sender<Job>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Job::Wake => f.write_str("Wake"),
+            Job::Direct { partition, .. } => write!(f, "Direct({partition})"),
+            Job::Shutdown => f.write_str("Shutdown"),
+        }
+    }
+}
+
+impl Spiller {
+    /// Starts the spiller thread for `shared`.
+    pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Self> {
+        let (jobs, rx) = crossbeam_channel::unbounded();
+        let thread = std::thread::Builder::new()
+            .name("arrow-shards-spiller".into())
+            .spawn(move || run(&shared, &rx))?;
+        Ok(Self {
+            jobs,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Asks for a round if none is pending; `needed` is what a refused writer needs.
+    pub(crate) fn wake(&self, side: &SpillSide, needed: usize) {
+        side.pending_need.fetch_max(needed, Ordering::AcqRel);
+        if !side.wake_pending.swap(true, Ordering::AcqRel) {
+            // The receiver lives until `stop`; a send after it fails harmlessly.
+            let _ = self.jobs.send(Job::Wake);
+        }
+    }
+
+    /// Hands an oversized batch to the spiller; the receiver answers when it is on disk.
+    pub(crate) fn direct(
+        &self,
+        partition: u32,
+        stored: Stored,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<(), WriteError>>, WriteError> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        match self.jobs.send(Job::Direct {
+            partition,
+            stored,
+            reply,
+        }) {
+            Ok(()) => Ok(rx),
+            Err(e) => match e.into_inner() {
+                Job::Direct { stored, .. } => {
+                    Err(WriteError::new(partition, Error::Closed, stored.batch))
+                }
+                _ => unreachable!("sent a Direct job"),
+            },
+        }
+    }
+
+    /// Stops the thread after the job it is on; idempotent.
+    pub(crate) fn stop(&self) {
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = self.jobs.send(Job::Shutdown);
+            // A panic in the spiller is reported by the writers and reads that see its effects;
+            // nothing more to do with it here.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Spiller {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run(shared: &Shared, jobs: &Receiver<Job>) {
+    let Some(side) = shared.spill.as_ref() else {
+        return;
+    };
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::Wake => {
+                side.wake_pending.store(false, Ordering::Release);
+                while round(shared, side) {}
+            }
+            Job::Direct {
+                partition,
+                stored,
+                reply,
+            } => {
+                // The writer may have gone (its future dropped): then the batch was never
+                // accepted, and dropping the result is right.
+                let _ = reply.send(direct(shared, side, partition, stored));
+            }
+            Job::Shutdown => return,
+        }
+    }
+}
+
+/// One spill round; `true` if it freed memory and another round may be needed.
+fn round(shared: &Shared, side: &SpillSide) -> bool {
+    let limit = shared.pool.limit().unwrap_or(usize::MAX);
+    let need = side.pending_need.swap(0, Ordering::AcqRel);
+    let goal = side.config.target_bytes.min(limit.saturating_sub(need));
+    let reserved = shared.pool.reserved();
+    if reserved <= goal && need == 0 {
+        return false;
+    }
+    let want = reserved
+        .saturating_sub(goal)
+        .max(need)
+        .min(side.config.max_round_bytes);
+    let (ticket, chosen) = {
+        let mut state = shared.lock();
+        if state.spill_error.is_some() || state.closed {
+            return false;
+        }
+        state.start_spill(want)
+    };
+    if chosen.is_empty() {
+        return false;
+    }
+    let result = write_run(side, &chosen);
+    let mut voided = Vec::new();
+    let ok = {
+        let mut state = shared.lock();
+        match result {
+            Ok(segments) => {
+                for (partition, segments) in segments {
+                    voided.extend(state.commit_spill(partition, ticket, segments));
+                }
+                true
+            }
+            Err(error) => {
+                for (partition, _) in &chosen {
+                    state.abort_spill(*partition, ticket);
+                }
+                state.spill_error.get_or_insert(Arc::new(error));
+                false
+            }
+        }
+    };
+    drop((voided, chosen));
+    if !ok {
+        // Waiting writers must see the error rather than wait for room that will not come.
+        shared.pool.release_signal().notify();
+    }
+    ok
+}
+
+/// Writes one run: each partition's batches as segments of at most `segment_bytes` (or one
+/// batch, if a batch is larger), so a reader never decodes more than that at once.
+fn write_run(
+    side: &SpillSide,
+    chosen: &[(u32, SizedBatches)],
+) -> Result<Vec<(u32, Vec<SegmentRef>)>, SpillError> {
+    let schema = chosen[0].1[0].0.schema();
+    let mut run = side.dir.run_writer(schema, side.config.options.clone());
+    let mut counts = Vec::with_capacity(chosen.len());
+    let mut chunk = Vec::new();
+    for (partition, batches) in chosen {
+        let mut segments = 0;
+        let mut bytes = 0;
+        for (i, (batch, size)) in batches.iter().enumerate() {
+            chunk.push(batch.clone());
+            bytes += size;
+            let next = batches.get(i + 1).map_or(0, |(_, size)| *size);
+            if i + 1 == batches.len() || bytes + next > side.config.segment_bytes {
+                run.append(*partition, &chunk)?;
+                chunk.clear();
+                segments += 1;
+                bytes = 0;
+            }
+        }
+        counts.push((*partition, segments));
+    }
+    let mut segments = run.finish()?.into_iter();
+    Ok(counts
+        .into_iter()
+        .map(|(p, n)| (p, segments.by_ref().take(n).collect()))
+        .collect())
+}
+
+/// Writes `stored` straight to disk after `partition`'s batches in memory.
+fn direct(
+    shared: &Shared,
+    side: &SpillSide,
+    partition: u32,
+    stored: Stored,
+) -> Result<(), WriteError> {
+    // Counted while in flight: the process holds it, even though it exceeds the limit.
+    let mut in_flight = MemoryReservation::new(&shared.pool);
+    in_flight.grow(stored.size);
+    let start = {
+        let mut state = shared.lock();
+        let refused = state
+            .check_writable(partition)
+            .err()
+            .or_else(|| state.spill_error.clone().map(Error::Spill));
+        match refused {
+            Some(error) => None.ok_or(error),
+            None => Ok(state.start_spill_of(partition)),
+        }
+    };
+    let (ticket, mut batches) = match start {
+        Ok(Some(started)) => started,
+        Ok(None) => {
+            return Err(WriteError::new(
+                partition,
+                Error::Internal("partition already in flight"),
+                stored.batch,
+            ));
+        }
+        Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
+    };
+    batches.push((stored.batch.clone(), stored.size));
+    let result = write_run(side, &[(partition, batches)]);
+    let mut state = shared.lock();
+    match result {
+        Ok(mut segments) => {
+            let (_, segments) = segments.pop().expect("one entry per partition written");
+            let voided = state.commit_spill(partition, ticket, segments);
+            if !voided.is_empty() {
+                drop(state);
+                drop(voided);
+                return Err(WriteError::new(
+                    partition,
+                    Error::Sealed { partition },
+                    stored.batch,
+                ));
+            }
+            state.batches_written += 1;
+            state.rows_written += stored.batch.num_rows() as u64;
+            state.bytes_written += stored.size as u64;
+            state.bytes_spilled += stored.size as u64;
+            Ok(())
+        }
+        Err(error) => {
+            state.abort_spill(partition, ticket);
+            let error = Arc::clone(state.spill_error.get_or_insert(Arc::new(error)));
+            drop(state);
+            shared.pool.release_signal().notify();
+            Err(WriteError::new(
+                partition,
+                Error::Spill(error),
+                stored.batch,
+            ))
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Writing batches: validation, charging the pool, waking the spiller, waiting for room.
+//!
+//! A write is checked (partition, schema) and sized outside the lock, then inserted under it in
+//! one step: a batch is either stored whole or not at all, so dropping an async `write` while it
+//! waits loses nothing and leaks no reservation. Waiting uses the pool's
+//! [`ReleaseSignal`](arrow_shards_memory::ReleaseSignal): take its epoch (or enable its `Notified`
+//! future), try, and wait only if the try failed, so no release is missed.
+//!
+//! With spilling on, a write that does not fit wakes the spiller (saying how much it needs) and
+//! waits for it; a batch larger than the whole limit goes to disk directly through the spiller;
+//! once a spill has failed, a write that would have to wait gets that error with its batch back.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use arrow_array::RecordBatch;
+use arrow_shards_memory::sizing::batch_allocations;
+
+use crate::schema_check::conform;
+use crate::state::Stored;
+use crate::{Error, ShardBuffer, WriteError};
+
+/// What a write attempt came to.
+enum Attempt {
+    Done,
+    /// No room now; the batch is back for another try.
+    Full {
+        error: Error,
+        needed: usize,
+        stored: Stored,
+    },
+}
+
+/// How a write proceeds after `prepare`.
+enum Plan {
+    /// A valid zero-row batch: accepted, stored nowhere.
+    Nothing,
+    /// Into memory, waiting for room if needed.
+    Memory(Stored),
+    /// Larger than the whole limit: straight to disk.
+    Disk(Stored),
+}
+
+impl ShardBuffer {
+    /// Writes `batch` to `partition`, waiting without blocking the runtime thread while memory
+    /// is full (for the spiller, or up to `with_write_timeout`).
+    ///
+    /// Dropping the future while it waits leaves the buffer as if the write never happened.
+    pub async fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
+        let mut stored = match self.prepare(partition, batch)? {
+            Plan::Nothing => return Ok(()),
+            Plan::Memory(stored) => stored,
+            Plan::Disk(stored) => return self.write_direct_async(partition, stored).await,
+        };
+        let deadline = self
+            .shared
+            .config
+            .write_timeout
+            .map(|t| tokio::time::Instant::now() + t);
+        loop {
+            let notified = self.shared.pool.release_signal().notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            stored = match self.attempt(partition, stored)? {
+                Attempt::Done => return Ok(()),
+                Attempt::Full {
+                    error,
+                    needed,
+                    stored,
+                } => match self.may_wait(error, needed) {
+                    Ok(()) => stored,
+                    Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
+                },
+            };
+            let waiting = Instant::now();
+            let woken = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, notified).await.is_ok(),
+                None => {
+                    notified.await;
+                    true
+                }
+            };
+            self.record_wait(waiting);
+            if !woken {
+                // One last try: the release may have come with the deadline.
+                return self.last_try(partition, stored);
+            }
+        }
+    }
+
+    /// Writes `batch` to `partition`, parking the thread while memory is full (for the spiller,
+    /// or up to `with_write_timeout`). Do not call it from an async task; use
+    /// [`write`](Self::write) there.
+    pub fn write_blocking(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
+        let mut stored = match self.prepare(partition, batch)? {
+            Plan::Nothing => return Ok(()),
+            Plan::Memory(stored) => stored,
+            Plan::Disk(stored) => return self.write_direct_blocking(partition, stored),
+        };
+        let deadline = self.shared.config.write_timeout.map(|t| Instant::now() + t);
+        let signal = self.shared.pool.release_signal();
+        loop {
+            let epoch = signal.epoch();
+            stored = match self.attempt(partition, stored)? {
+                Attempt::Done => return Ok(()),
+                Attempt::Full {
+                    error,
+                    needed,
+                    stored,
+                } => match self.may_wait(error, needed) {
+                    Ok(()) => stored,
+                    Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
+                },
+            };
+            let waiting = Instant::now();
+            let woken = signal.wait_blocking(epoch, deadline);
+            self.record_wait(waiting);
+            if !woken {
+                return self.last_try(partition, stored);
+            }
+        }
+    }
+
+    /// Writes `batch` to `partition` if it fits in memory now; never waits and never writes to
+    /// disk itself (a refusal does wake the spiller, so a later try may fit).
+    pub fn try_write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
+        match self.prepare(partition, batch)? {
+            Plan::Nothing => Ok(()),
+            Plan::Memory(stored) | Plan::Disk(stored) => self.last_try(partition, stored),
+        }
+    }
+
+    /// Checks partition and schema and sizes the batch.
+    fn prepare(&self, partition: u32, batch: RecordBatch) -> Result<Plan, WriteError> {
+        if let Err(e) = self.shared.check_partition(partition) {
+            return Err(WriteError::new(partition, e, batch));
+        }
+        let batch = conform(&self.shared.schema, batch)
+            .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
+        if batch.num_rows() == 0 {
+            return match self.shared.lock().check_writable(partition) {
+                Ok(()) => Ok(Plan::Nothing),
+                Err(e) => Err(WriteError::new(partition, e, batch)),
+            };
+        }
+        let allocations = batch_allocations(&batch);
+        let size = allocations.iter().map(|a| a.capacity).sum();
+        let stored = Stored {
+            batch,
+            allocations,
+            size,
+        };
+        let oversized =
+            self.spiller.is_some() && self.shared.pool.limit().is_some_and(|limit| size > limit);
+        Ok(if oversized {
+            Plan::Disk(stored)
+        } else {
+            Plan::Memory(stored)
+        })
+    }
+
+    /// One try under the lock; wakes the spiller when the pool is past its threshold.
+    fn attempt(&self, partition: u32, stored: Stored) -> Result<Attempt, WriteError> {
+        let result = self.shared.lock().try_insert(partition, stored);
+        match result {
+            Ok(()) => {
+                self.wake_spiller_if_over_threshold();
+                Ok(Attempt::Done)
+            }
+            Err((error @ Error::MemoryExhausted { needed, .. }, stored)) => Ok(Attempt::Full {
+                error,
+                needed,
+                stored,
+            }),
+            Err((error, stored)) => Err(WriteError::new(partition, error, stored.batch)),
+        }
+    }
+
+    /// Whether a write refused for memory may wait: with spilling, after waking the spiller,
+    /// unless spilling has failed; without, only with a write timeout.
+    fn may_wait(&self, error: Error, needed: usize) -> Result<(), Error> {
+        match (&self.spiller, &self.shared.spill) {
+            (Some(spiller), Some(side)) => {
+                if let Some(failed) = self.shared.lock().spill_error.clone() {
+                    return Err(Error::Spill(failed));
+                }
+                spiller.wake(side, needed);
+                Ok(())
+            }
+            _ if self.shared.config.write_timeout.is_some() => Ok(()),
+            _ => Err(error),
+        }
+    }
+
+    fn wake_spiller_if_over_threshold(&self) {
+        if let (Some(spiller), Some(side)) = (&self.spiller, &self.shared.spill)
+            && self.shared.pool.reserved() >= side.config.threshold_bytes
+        {
+            spiller.wake(side, 0);
+        }
+    }
+
+    fn last_try(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
+        match self.attempt(partition, stored)? {
+            Attempt::Done => Ok(()),
+            Attempt::Full {
+                error,
+                needed,
+                stored,
+            } => {
+                if let (Some(spiller), Some(side)) = (&self.spiller, &self.shared.spill) {
+                    spiller.wake(side, needed);
+                }
+                Err(WriteError::new(partition, error, stored.batch))
+            }
+        }
+    }
+
+    fn write_direct_blocking(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
+        let spiller = self
+            .spiller
+            .as_ref()
+            .expect("Plan::Disk only with a spiller");
+        let keep = stored.batch.clone();
+        let reply = spiller.direct(partition, stored)?;
+        reply.blocking_recv().unwrap_or_else(|_| {
+            Err(WriteError::new(partition, self.spiller_gone(), keep))
+        })
+    }
+
+    async fn write_direct_async(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
+        let spiller = self
+            .spiller
+            .as_ref()
+            .expect("Plan::Disk only with a spiller");
+        let keep = stored.batch.clone();
+        let reply = spiller.direct(partition, stored)?;
+        reply.await.unwrap_or_else(|_| {
+            Err(WriteError::new(partition, self.spiller_gone(), keep))
+        })
+    }
+
+    /// Why a direct write got no answer: the buffer was closed under it, or the spiller died.
+    fn spiller_gone(&self) -> Error {
+        if self.shared.lock().closed {
+            Error::Closed
+        } else {
+            Error::Internal("the spiller thread stopped")
+        }
+    }
+
+    fn record_wait(&self, since: Instant) {
+        let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.shared
+            .counters
+            .write_wait_nanos
+            .fetch_add(nanos, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,46 @@
+//! Errors raised by the merge itself (a failed segment read surfaces as the spill crate's
+//! `SpillError`).
+
+use std::path::PathBuf;
+
+use arrow_schema::ArrowError;
+use thiserror::Error;
+
+/// What went wrong while merging a partition, apart from reading a segment (which reports the
+/// spill crate's [`SpillError`](arrow_shards_spill::SpillError) as is).
+///
+/// Both reach the caller wrapped in [`ArrowError::ExternalError`]; downcast the boxed error to
+/// `SpillError` or `MergeError` to tell them apart.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum MergeError {
+    /// A batch does not have the fields the partition was declared with.
+    #[error("{origin} has fields {found}, but the partition's schema has {expected}")]
+    SchemaMismatch {
+        /// Which input: "memory batch 3", "segment 2 (partition 7, file ...)".
+        origin: String,
+        /// The partition's fields, formatted.
+        expected: String,
+        /// The batch's fields, formatted.
+        found: String,
+    },
+    /// The blocking task reading a segment panicked or was cancelled, so its batches are lost.
+    #[error("reading segment at offset {offset} of {path} did not complete: {reason}")]
+    ReadTask {
+        /// The run file.
+        path: PathBuf,
+        /// The segment's offset in the file.
+        offset: u64,
+        /// The panic message or "cancelled".
+        reason: String,
+    },
+    /// A bug in this crate: an invariant did not hold. Please report it.
+    #[error("internal error in the merge: {0}")]
+    Internal(String),
+}
+
+impl From<MergeError> for ArrowError {
+    fn from(e: MergeError) -> Self {
+        ArrowError::ExternalError(Box::new(e))
+    }
+}

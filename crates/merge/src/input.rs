@@ -1,0 +1,161 @@
+//! Input batches with the bytes that pay for them.
+//!
+//! Both kinds of input, a decoded segment and a group of memory batches, are a queue of batches
+//! plus one reservation covering their distinct allocations. Taking a batch off the queue splits
+//! off the bytes that batch was the last user of, so the charge travels with the batch until it
+//! is handed over, and an allocation shared by several batches (slices of one input, one IPC
+//! body) stays charged until the last of them leaves.
+
+use std::collections::VecDeque;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
+use arrow_shards_memory::sizing::{Allocation, batch_allocations};
+use arrow_shards_memory::{AllocationSet, MemoryReservation};
+use arrow_shards_spill::SegmentRef;
+
+use crate::MergeError;
+
+/// A batch and the reservation to drop when it is handed over.
+#[derive(Debug)]
+pub(crate) struct Charged {
+    pub(crate) batch: RecordBatch,
+    pub(crate) charge: MemoryReservation,
+}
+
+/// A queue of batches charged to one reservation.
+#[derive(Debug)]
+pub(crate) struct ChargedBatches {
+    batches: VecDeque<(RecordBatch, Vec<Allocation>)>,
+    allocations: AllocationSet,
+    reservation: MemoryReservation,
+    /// Names the input in errors.
+    origin: Origin,
+    /// Index of the next batch, for error messages.
+    next_index: usize,
+    schema: SchemaRef,
+}
+
+impl ChargedBatches {
+    /// Memory batches, already charged to `reservation` by the caller.
+    pub(crate) fn memory(
+        batches: Vec<RecordBatch>,
+        reservation: MemoryReservation,
+        schema: &SchemaRef,
+    ) -> Self {
+        Self::new(batches, reservation, Origin::Memory, schema)
+    }
+
+    /// Reads and decodes one segment (blocking). `reservation` holds what was reserved before
+    /// the read (the segment's `memory_bytes`); it is adjusted to the decoded batches' real
+    /// size.
+    pub(crate) fn read_segment(
+        segment: &SegmentRef,
+        index: usize,
+        reservation: MemoryReservation,
+        schema: &SchemaRef,
+    ) -> Result<Self, ArrowError> {
+        let batches = segment
+            .read()
+            .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+        let origin = Origin::Segment(index, segment.clone());
+        let mut decoded = Self::new(batches, reservation, origin, schema);
+        let real = decoded.allocations.bytes();
+        let held = decoded.reservation.size();
+        if real > held {
+            // `grow`, not `try_grow`: reading is what frees memory, so it must not wait for it.
+            decoded.reservation.grow(real - held);
+        } else {
+            decoded.reservation.shrink(held - real);
+        }
+        Ok(decoded)
+    }
+
+    fn new(
+        batches: Vec<RecordBatch>,
+        reservation: MemoryReservation,
+        origin: Origin,
+        schema: &SchemaRef,
+    ) -> Self {
+        let mut allocations = AllocationSet::new();
+        // Nothing charged (and no decoded segment, whose reservation is at least its
+        // `memory_bytes` estimate) means nothing to release: skip listing allocations.
+        let track = reservation.size() > 0 || matches!(origin, Origin::Segment(..));
+        let batches = batches
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .map(|b| {
+                let allocs = if track {
+                    batch_allocations(&b)
+                } else {
+                    Vec::new()
+                };
+                allocations.insert(&allocs);
+                (b, allocs)
+            })
+            .collect();
+        Self {
+            batches,
+            allocations,
+            reservation,
+            origin,
+            next_index: 0,
+            schema: SchemaRef::clone(schema),
+        }
+    }
+
+    /// True if every batch has been taken.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Takes the next batch with the bytes it releases; the last batch also takes whatever the
+    /// reservation holds beyond the batches' allocations.
+    pub(crate) fn next(&mut self) -> Option<Result<Charged, ArrowError>> {
+        let (batch, allocs) = self.batches.pop_front()?;
+        let index = self.next_index;
+        self.next_index += 1;
+        let freed = self.allocations.remove(&allocs);
+        let mut charge = self.reservation.split(freed);
+        if self.batches.is_empty() {
+            charge.merge(self.reservation.split(self.reservation.size()));
+        }
+        if !same_fields(&batch, &self.schema) {
+            return Some(Err(MergeError::SchemaMismatch {
+                origin: format!("{}, batch {index}", self.origin),
+                expected: format!("{:?}", self.schema.fields()),
+                found: format!("{:?}", batch.schema_ref().fields()),
+            }
+            .into()));
+        }
+        Some(Ok(Charged { batch, charge }))
+    }
+}
+
+/// Where a queue of batches came from.
+#[derive(Debug)]
+enum Origin {
+    Memory,
+    /// The segment's index in read order, and the segment.
+    Segment(usize, SegmentRef),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Memory => f.write_str("memory"),
+            Origin::Segment(index, segment) => write!(
+                f,
+                "segment {index} (partition {}, offset {} of {})",
+                segment.partition(),
+                segment.offset(),
+                segment.path().display()
+            ),
+        }
+    }
+}
+
+fn same_fields(batch: &RecordBatch, schema: &SchemaRef) -> bool {
+    let found = batch.schema_ref();
+    SchemaRef::ptr_eq(found, schema) || found.fields() == schema.fields()
+}

@@ -1,0 +1,104 @@
+//! How a [`Merger`](crate::Merger) shapes its output and how far it reads ahead.
+
+/// The row count a [`Merger`](crate::Merger) aims for when it coalesces, unless told otherwise.
+pub const DEFAULT_TARGET_ROWS: usize = 8192;
+
+/// Options for a [`Merger`](crate::Merger): output batch size and read-ahead depth.
+///
+/// ```
+/// use arrow_shards_merge::MergeOptions;
+///
+/// let options = MergeOptions::new().with_target_rows(4096).with_read_ahead(2);
+/// assert_eq!(options.target_rows(), Some(4096));
+/// assert_eq!(MergeOptions::new().with_pass_through().target_rows(), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MergeOptions {
+    target_rows: Option<usize>,
+    read_ahead: usize,
+}
+
+impl Default for MergeOptions {
+    fn default() -> Self {
+        Self {
+            target_rows: Some(DEFAULT_TARGET_ROWS),
+            read_ahead: 1,
+        }
+    }
+}
+
+impl MergeOptions {
+    /// The defaults: coalesce to [`DEFAULT_TARGET_ROWS`] rows, read one segment ahead.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Coalesces small batches into batches of exactly `rows` rows (see
+    /// [`Merger`](crate::Merger) for the exceptions). A target of 0 means no target: the same
+    /// as [`MergeOptions::with_pass_through`]. The coalescer allocates room for one target
+    /// batch per column up front; a target above the partition's row count is cut down to it.
+    ///
+    /// Default: [`DEFAULT_TARGET_ROWS`] (8192).
+    pub fn with_target_rows(mut self, rows: usize) -> Self {
+        self.target_rows = (rows > 0).then_some(rows);
+        self
+    }
+
+    /// Hands every batch over as it was written or decoded: no coalescing, no copy. Memory
+    /// batches come out pointer-identical (the same `Arc`'d buffers).
+    ///
+    /// Default: off (coalescing to [`DEFAULT_TARGET_ROWS`] rows).
+    pub fn with_pass_through(mut self) -> Self {
+        self.target_rows = None;
+        self
+    }
+
+    /// How many spilled segments [`MergeStream`](crate::MergeStream) may read and decode ahead
+    /// of the one being handed over. Each costs up to one segment's memory, reserved with
+    /// `MemoryPool::grow` (it may pass the pool's limit). 0 reads a segment only when the
+    /// previous one is used up. The blocking [`Merger`](crate::Merger) iterator reads on the
+    /// calling thread and never ahead.
+    ///
+    /// Default: 1.
+    pub fn with_read_ahead(mut self, segments: usize) -> Self {
+        self.read_ahead = segments;
+        self
+    }
+
+    /// The target output row count, or `None` for pass-through.
+    pub fn target_rows(&self) -> Option<usize> {
+        self.target_rows
+    }
+
+    /// Segments read ahead by the stream.
+    pub fn read_ahead(&self) -> usize {
+        self.read_ahead
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_docs() {
+        let o = MergeOptions::default();
+        assert_eq!(o.target_rows(), Some(8192));
+        assert_eq!(o.read_ahead(), 1);
+    }
+
+    #[test]
+    fn zero_target_means_pass_through() {
+        assert_eq!(
+            MergeOptions::new().with_target_rows(0),
+            MergeOptions::new().with_pass_through()
+        );
+        assert_eq!(
+            MergeOptions::new()
+                .with_pass_through()
+                .with_target_rows(10)
+                .target_rows(),
+            Some(10)
+        );
+    }
+}

@@ -1,0 +1,174 @@
+//! [`MergeStream`]: the merge as an async stream, reading segments on tokio's blocking threads.
+//!
+//! Each segment read is one `spawn_blocking` task that reads, checks and decodes that one
+//! segment and ends; no blocking task outlives its segment, so a slow consumer never pins a
+//! blocking thread (the deadlock in DataFusion #15323 came from one long-lived blocking task per
+//! file). Up to `1 + read_ahead` segments are decoded or being decoded at once.
+//!
+//! # Locking
+//! None: the stream is polled by one task at a time (`&mut self`), and a read task shares
+//! nothing with it but the pool, which is lock-free; its result comes back through its
+//! `JoinHandle`.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
+use arrow_shards_memory::MemoryPool;
+use futures::Stream;
+use tokio::task::{JoinError, JoinHandle};
+
+use crate::input::ChargedBatches;
+use crate::merger::reserve_segment;
+use crate::state::{MergeState, Step};
+use crate::{MergeError, MergeOptions};
+
+/// The batches of a [`Merger`](crate::Merger) as a `Stream`; same order, same batches, same
+/// errors, with segments read ahead on tokio's blocking threads. Poll it inside a tokio
+/// runtime (outside one, it yields an error).
+///
+/// Dropping the stream cancels reads that have not started; reads already running finish on
+/// their blocking thread and release their memory when they do.
+#[derive(Debug)]
+pub struct MergeStream {
+    state: MergeState,
+    pool: Arc<dyn MemoryPool>,
+    read_ahead: usize,
+    /// Reads in flight, oldest first.
+    reads: VecDeque<Read>,
+}
+
+/// One segment read on a blocking thread.
+#[derive(Debug)]
+struct Read {
+    handle: JoinHandle<Result<ChargedBatches, ArrowError>>,
+    /// The run file and the segment's offset, for error messages.
+    path: PathBuf,
+    offset: u64,
+}
+
+impl MergeStream {
+    pub(crate) fn new(state: MergeState, pool: Arc<dyn MemoryPool>, options: MergeOptions) -> Self {
+        Self {
+            state,
+            pool,
+            read_ahead: options.read_ahead(),
+            reads: VecDeque::new(),
+        }
+    }
+
+    /// The schema of every output batch.
+    pub fn schema(&self) -> SchemaRef {
+        SchemaRef::clone(self.state.schema())
+    }
+
+    /// Starts reads until `1 + read_ahead` segments are held or in flight.
+    fn launch(&mut self) -> Result<(), ArrowError> {
+        while self.state.segments_held() < 1 + self.read_ahead && self.state.has_unlaunched() {
+            let runtime = match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    return Err(MergeError::Internal(format!(
+                        "MergeStream polled outside a tokio runtime: {e}"
+                    ))
+                    .into());
+                }
+            };
+            let Some((index, segment)) = self.state.launch_next() else {
+                break;
+            };
+            let reservation = reserve_segment(&self.pool, &segment);
+            let schema = self.schema();
+            let (path, offset) = (segment.path().to_path_buf(), segment.offset());
+            let handle = runtime.spawn_blocking(move || {
+                ChargedBatches::read_segment(&segment, index, reservation, &schema)
+            });
+            self.reads.push_back(Read {
+                handle,
+                path,
+                offset,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn join_failure(e: JoinError, path: PathBuf, offset: u64) -> ArrowError {
+    let reason = if e.is_panic() {
+        let panic = e.into_panic();
+        panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panicked".to_string())
+    } else {
+        "cancelled".to_string()
+    };
+    MergeError::ReadTask {
+        path,
+        offset,
+        reason,
+    }
+    .into()
+}
+
+impl Stream for MergeStream {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Err(e) = this.launch() {
+                this.state.fail(e, true);
+            }
+            match this.state.step() {
+                Ok(Step::Batch(batch)) => return Poll::Ready(Some(Ok(batch))),
+                Ok(Step::Done) => return Poll::Ready(None),
+                Err(e) => {
+                    this.abort_reads();
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Ok(Step::NeedSegment) => {
+                    let Some(read) = this.reads.front_mut() else {
+                        let e = MergeError::Internal("segment needed but none in flight".into());
+                        this.state.fail(e.into(), false);
+                        continue;
+                    };
+                    let result = match Pin::new(&mut read.handle).poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(result) => result,
+                    };
+                    let Some(read) = this.reads.pop_front() else {
+                        continue;
+                    };
+                    this.state.supply(
+                        result.unwrap_or_else(|e| Err(join_failure(e, read.path, read.offset))),
+                    );
+                    if this.state.segments_held() == 0 {
+                        // failed: nothing else will be supplied
+                        this.abort_reads();
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl MergeStream {
+    fn abort_reads(&mut self) {
+        for read in self.reads.drain(..) {
+            read.handle.abort();
+        }
+    }
+}
+
+impl Drop for MergeStream {
+    fn drop(&mut self) {
+        self.abort_reads();
+    }
+}

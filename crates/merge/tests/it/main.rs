@@ -1,0 +1,5 @@
+//! Integration tests for arrow-shards-merge: one binary, one module per concern.
+
+mod common;
+mod memory;
+mod segments;

@@ -1,0 +1,237 @@
+//! [`SpillDir`]: the private directory that holds one process's run files.
+//!
+//! # Locking
+//!
+//! A `SpillDir` is shared (`Arc`) by its run writers and by every run file, and so by every
+//! [`SegmentRef`](crate::SegmentRef). Its state is atomics only (the closed flag, the file
+//! counter and the metrics); no lock is held across I/O. The fault plan (`test-utils`) has its
+//! own short-lived mutex, see `fs.rs`.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arrow_schema::SchemaRef;
+
+use crate::error::{SpillError, io_error};
+use crate::fs::Fs;
+use crate::metrics::{Counters, SpillMetrics};
+use crate::{RunWriter, SpillOptions};
+
+/// Prefix of every spill directory's name.
+pub(crate) const DIR_PREFIX: &str = "arrow-shards-spill-";
+/// Name of the marker file that identifies a spill directory and its owner process.
+pub(crate) const MARKER_NAME: &str = ".arrow-shards-spill";
+/// First line of the marker file.
+pub(crate) const MARKER_TAG: &str = "arrow-shards-spill 1";
+
+/// A private directory of run files, removed on [`SpillDir::close`] or drop.
+///
+/// `create` makes a new directory under the given root with a unique name, mode 0700, and a
+/// marker file recording the owning process, so that [`sweep`](crate::sweep) can later remove
+/// it if this process crashes. Run files inside are named by a counter; nothing the caller
+/// supplies ever becomes part of a path.
+#[derive(Debug)]
+pub struct SpillDir {
+    path: PathBuf,
+    pub(crate) fs: Fs,
+    pub(crate) counters: Counters,
+    closed: AtomicBool,
+    next_file: AtomicU64,
+}
+
+impl SpillDir {
+    /// Creates a new private spill directory under `root` (typically `std::env::temp_dir()`).
+    ///
+    /// Refuses a `root` that is a symlink owned by neither this user nor root, and a created
+    /// directory that turns out not to be a plain directory owned by this user.
+    pub fn create(root: &Path) -> Result<Arc<SpillDir>, SpillError> {
+        let fs = Fs::default();
+        let io_root = |source| io_error(root, root, source);
+        let root_meta = fs.symlink_metadata(root).map_err(io_root)?;
+        let uid = current_uid();
+        if root_meta.file_type().is_symlink() {
+            let owner = root_meta.uid();
+            if owner != 0 && Some(owner) != uid {
+                return Err(SpillError::UnsafePath {
+                    path: root.to_path_buf(),
+                    reason: format!("it is a symlink owned by another user (uid {owner})"),
+                });
+            }
+        }
+
+        let pid = std::process::id();
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let mut attempt = 0;
+        let path = loop {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = root.join(format!("{DIR_PREFIX}{pid}-{nanos:x}-{n}"));
+            match fs.create_private_dir(&path) {
+                Ok(()) => break path,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(io_error(root, &path, e)),
+            }
+        };
+
+        let dir = SpillDir {
+            path,
+            fs,
+            counters: Counters::default(),
+            closed: AtomicBool::new(false),
+            next_file: AtomicU64::new(0),
+        };
+        // From here on, dropping `dir` removes the directory.
+        dir.secure()?;
+        Ok(Arc::new(dir))
+    }
+
+    /// Checks the new directory is ours and not a symlink, forces mode 0700 (the umask may
+    /// have narrowed it; it never widens it) and writes the marker.
+    fn secure(&self) -> Result<(), SpillError> {
+        let path = &self.path;
+        let handle: File = self.fs.open_dir(path).map_err(|e| SpillError::UnsafePath {
+            path: path.clone(),
+            reason: format!("cannot open it as a directory without following symlinks: {e}"),
+        })?;
+        let meta = handle.metadata().map_err(|e| io_error(path, path, e))?;
+        if !meta.is_dir() {
+            return Err(SpillError::UnsafePath {
+                path: path.clone(),
+                reason: "not a directory".into(),
+            });
+        }
+        if let Some(uid) = current_uid()
+            && meta.uid() != uid
+        {
+            return Err(SpillError::UnsafePath {
+                path: path.clone(),
+                reason: format!("owned by uid {}, not by this user", meta.uid()),
+            });
+        }
+        self.fs
+            .set_mode(&handle, 0o700)
+            .map_err(|e| io_error(path, path, e))?;
+        drop(handle);
+
+        let marker = path.join(MARKER_NAME);
+        let mut file = self
+            .fs
+            .create_file(&marker)
+            .map_err(|e| io_error(path, &marker, e))?;
+        let contents = marker_contents(std::process::id(), process_start_time("self"));
+        self.fs
+            .write_all(&mut file, contents.as_bytes())
+            .map_err(|e| io_error(path, &marker, e))?;
+        Ok(())
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Starts a run: one append-only file (more if it rotates) written by the returned writer.
+    pub fn run_writer(self: &Arc<Self>, schema: SchemaRef, options: SpillOptions) -> RunWriter {
+        RunWriter::new(Arc::clone(self), schema, options)
+    }
+
+    /// A snapshot of the directory's counters.
+    pub fn metrics(&self) -> SpillMetrics {
+        self.counters.snapshot()
+    }
+
+    /// Removes the directory and every file in it. Idempotent.
+    ///
+    /// Afterwards run writers fail with [`SpillError::Closed`] and so does
+    /// [`SegmentRef::read`](crate::SegmentRef::read); existing `SegmentRef`s can still be
+    /// dropped.
+    pub fn close(&self) -> Result<(), SpillError> {
+        self.closed.store(true, Ordering::Release);
+        match self.fs.remove_dir_all(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&self.path, &self.path, e)),
+        }
+    }
+
+    /// True once [`SpillDir::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Installs a fault plan for this directory's file operations; returns the previous one.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn set_fault_plan(&self, plan: crate::FaultPlan) -> Option<crate::FaultPlan> {
+        self.fs.set_fault_plan(Some(plan))
+    }
+
+    /// Removes the fault plan and returns it (with its operation counts).
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn take_fault_plan(&self) -> Option<crate::FaultPlan> {
+        self.fs.set_fault_plan(None)
+    }
+
+    /// The path of a new run file.
+    pub(crate) fn next_file_path(&self) -> PathBuf {
+        let n = self.next_file.fetch_add(1, Ordering::Relaxed);
+        self.path.join(format!("{n:08}.run"))
+    }
+
+    pub(crate) fn closed_error(&self) -> SpillError {
+        SpillError::Closed {
+            dir: self.path.clone(),
+        }
+    }
+}
+
+impl Drop for SpillDir {
+    fn drop(&mut self) {
+        if !self.is_closed() {
+            // best effort: an error here has nobody to report to; `sweep` is the fallback
+            let _ = self.close();
+        }
+    }
+}
+
+/// The marker file's text.
+pub(crate) fn marker_contents(pid: u32, start_time: Option<u64>) -> String {
+    match start_time {
+        Some(start) => format!("{MARKER_TAG}\npid {pid}\nstart {start}\n"),
+        None => format!("{MARKER_TAG}\npid {pid}\n"),
+    }
+}
+
+/// The effective uid of this process: the owner of `/proc/self`.
+pub(crate) fn current_uid() -> Option<u32> {
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// Start time of process `pid` ("self" or a number) in clock ticks since boot, field 22 of
+/// `/proc/<pid>/stat`; with the pid it identifies a process even after the pid is reused.
+pub(crate) fn process_start_time(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // the command name (field 2) is in parentheses and may itself contain ") "
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // fields from 3 on; starttime is field 22
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_of_self_is_known_and_stable() {
+        let a = process_start_time("self");
+        assert!(a.is_some());
+        assert_eq!(a, process_start_time(&std::process::id().to_string()));
+    }
+}

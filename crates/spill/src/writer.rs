@@ -1,0 +1,448 @@
+//! [`RunWriter`]: writes one run, a sequence of segments, to an append-only file.
+//!
+//! Each `append` frames one IPC stream (see `format.rs`): header, then the stream encoded
+//! batch by batch straight into the file through a small reused write buffer, then the
+//! trailer with the CRC32C accumulated on the way. Memory beyond the caller's batches is one
+//! coalesced batch, the encoder's output for one batch and the write buffer.
+//!
+//! Failure policy: a run is all or nothing. After an error while writing (I/O, encoding) the
+//! writer refuses further appends, `finish` returns an error, and dropping the writer removes
+//! the run's files; the caller still holds every batch it appended, because `append` only
+//! borrows them. Errors found before anything is written (schema mismatch, invalid options,
+//! closed directory) leave the run as it was.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_ipc::writer::{IpcWriteOptions, StreamEncoder};
+use arrow_schema::{ArrowError, DataType, SchemaRef};
+use arrow_select::coalesce::BatchCoalescer;
+use arrow_shards_memory::AllocationSet;
+use arrow_shards_memory::sizing::batch_allocations;
+
+use crate::SpillOptions;
+use crate::dir::SpillDir;
+use crate::error::{SpillError, io_error};
+use crate::format::{HEADER_LEN, Header, Trailer};
+use crate::metrics::{add, add_time};
+use crate::segment::{RunFile, SegmentInner, SegmentRef};
+
+/// Bytes gathered before a `write` call; larger pieces are written directly.
+const WRITE_BUFFER: usize = 256 * 1024;
+
+/// Writes one spill run: [`append`](RunWriter::append) one segment per partition, then
+/// [`finish`](RunWriter::finish) to get their [`SegmentRef`]s.
+///
+/// The file is created on the first append. One file descriptor is open at a time, whatever
+/// the number of segments; past [`SpillOptions::with_max_file_bytes`] the run continues in a
+/// new file.
+#[derive(Debug)]
+pub struct RunWriter {
+    dir: Arc<SpillDir>,
+    schema: SchemaRef,
+    options: SpillOptions,
+    ipc_options: Result<IpcWriteOptions, String>,
+    current: Option<OpenFile>,
+    segments: Vec<SegmentRef>,
+    failed: bool,
+}
+
+/// The run file being written.
+#[derive(Debug)]
+struct OpenFile {
+    run: Arc<RunFile>,
+    file: File,
+    buf: Vec<u8>,
+    /// Bytes of the file including those still in `buf`.
+    pos: u64,
+}
+
+impl RunWriter {
+    pub(crate) fn new(dir: Arc<SpillDir>, schema: SchemaRef, options: SpillOptions) -> Self {
+        let ipc_options = options.ipc_write_options().map_err(|e| e.to_string());
+        Self {
+            dir,
+            schema,
+            options,
+            ipc_options,
+            current: None,
+            segments: Vec::new(),
+            failed: false,
+        }
+    }
+
+    /// The schema every appended batch must have.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Segments appended so far.
+    pub fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Appends one segment: `partition`'s `batches`, in order, as one framed IPC stream.
+    ///
+    /// Borrows the batches: on any error the caller still holds everything. An error while
+    /// writing discards the whole run: later appends and `finish` fail and the run's files are
+    /// removed. A schema mismatch ([`SpillError::SchemaMismatch`]) is found before writing and
+    /// leaves the run usable. An empty `batches` writes an empty segment (zero rows).
+    ///
+    /// Partition ids need not be distinct or ordered; each append is its own segment.
+    pub fn append(&mut self, partition: u32, batches: &[RecordBatch]) -> Result<(), SpillError> {
+        if self.failed {
+            return Err(SpillError::WriterFailed {
+                dir: self.dir.path().to_path_buf(),
+            });
+        }
+        if self.dir.is_closed() {
+            return Err(self.dir.closed_error());
+        }
+        let ipc_options = match &self.ipc_options {
+            Ok(options) => options.clone(),
+            Err(reason) => {
+                return Err(SpillError::InvalidOptions {
+                    dir: self.dir.path().to_path_buf(),
+                    reason: reason.clone(),
+                });
+            }
+        };
+        for batch in batches {
+            self.check_schema(partition, batch)?;
+        }
+        let start = Instant::now();
+        let result = self.write_segment(partition, batches, ipc_options);
+        add_time(&self.dir.counters.write_nanos, start.elapsed());
+        match result {
+            Ok(segment) => {
+                self.segments.push(segment);
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = true;
+                self.current = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Flushes the run (and syncs it if [`SpillOptions::with_sync_on_finish`]) and returns one
+    /// [`SegmentRef`] per appended segment, in append order.
+    ///
+    /// On error no segment is registered and the run's files are removed.
+    pub fn finish(mut self) -> Result<Vec<SegmentRef>, SpillError> {
+        if self.failed {
+            return Err(SpillError::WriterFailed {
+                dir: self.dir.path().to_path_buf(),
+            });
+        }
+        let start = Instant::now();
+        let closed = self.close_current();
+        add_time(&self.dir.counters.write_nanos, start.elapsed());
+        closed?;
+        if self.dir.is_closed() {
+            return Err(self.dir.closed_error());
+        }
+        let segments = std::mem::take(&mut self.segments);
+        let counters = &self.dir.counters;
+        add(&counters.runs, 1);
+        add(&counters.segments, segments.len() as u64);
+        for segment in &segments {
+            add(&counters.bytes_spilled, segment.memory_bytes() as u64);
+            add(&counters.rows_spilled, segment.rows());
+        }
+        Ok(segments)
+    }
+
+    fn check_schema(&self, partition: u32, batch: &RecordBatch) -> Result<(), SpillError> {
+        let mismatch = |reason: String| SpillError::SchemaMismatch {
+            dir: self.dir.path().to_path_buf(),
+            partition,
+            reason,
+        };
+        let fields = self.schema.fields();
+        if batch.num_columns() != fields.len() {
+            return Err(mismatch(format!(
+                "{} columns, expected {}",
+                batch.num_columns(),
+                fields.len()
+            )));
+        }
+        for (i, (field, column)) in fields.iter().zip(batch.columns()).enumerate() {
+            if column.data_type() != field.data_type() {
+                return Err(mismatch(format!(
+                    "column {i} has type {}, expected {}",
+                    column.data_type(),
+                    field.data_type()
+                )));
+            }
+            if !field.is_nullable() && column.null_count() > 0 {
+                return Err(mismatch(format!(
+                    "column {i} has nulls but its field is not nullable"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes the current file, syncing it if asked to.
+    fn close_current(&mut self) -> Result<(), SpillError> {
+        let Some(mut open) = self.current.take() else {
+            return Ok(());
+        };
+        let result = open.flush(&self.dir).and_then(|()| {
+            if self.options.sync_on_finish() {
+                self.dir
+                    .fs
+                    .sync(&open.file)
+                    .map_err(|e| self.io(&open.run.path, e))
+            } else {
+                Ok(())
+            }
+        });
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
+    }
+
+    fn io(&self, path: &std::path::Path, error: std::io::Error) -> SpillError {
+        io_error(self.dir.path(), path, error)
+    }
+
+    fn arrow(&self, source: ArrowError) -> SpillError {
+        let path = self
+            .current
+            .as_ref()
+            .map_or_else(|| self.dir.path().to_path_buf(), |o| o.run.path.clone());
+        SpillError::Arrow { path, source }
+    }
+
+    /// The file to write the next segment to, rotating or creating it as needed.
+    fn file_for_next_segment(&mut self) -> Result<(), SpillError> {
+        if let Some(open) = &self.current
+            && open.pos > 0
+            && open.pos >= self.options.max_file_bytes()
+        {
+            self.close_current()?;
+        }
+        if self.current.is_none() {
+            let path: PathBuf = self.dir.next_file_path();
+            let file = self
+                .dir
+                .fs
+                .create_file(&path)
+                .map_err(|e| self.io(&path, e))?;
+            let run = Arc::new(RunFile::new(Arc::clone(&self.dir), path));
+            self.current = Some(OpenFile {
+                run,
+                file,
+                buf: Vec::with_capacity(WRITE_BUFFER),
+                pos: 0,
+            });
+        }
+        Ok(())
+    }
+
+    fn write_segment(
+        &mut self,
+        partition: u32,
+        batches: &[RecordBatch],
+        ipc_options: IpcWriteOptions,
+    ) -> Result<SegmentRef, SpillError> {
+        let mut allocations = AllocationSet::new();
+        let memory_bytes: usize = batches
+            .iter()
+            .map(|b| allocations.insert(&batch_allocations(b)))
+            .sum();
+        drop(allocations);
+
+        self.file_for_next_segment()?;
+        let mut encoder = StreamEncoder::try_new_with_options(&self.schema, ipc_options)
+            .map_err(|e| self.arrow(e))?;
+        let dir = Arc::clone(&self.dir);
+        let Some(open) = self.current.as_mut() else {
+            // file_for_next_segment just opened one; report rather than panic if not
+            let source = std::io::Error::other("no run file open after creating one");
+            return Err(SpillError::Io {
+                path: dir.path().to_path_buf(),
+                source,
+            });
+        };
+        let offset = open.pos;
+        let header = Header {
+            compression: self.options.compression().code(),
+            partition,
+        }
+        .encode();
+        let mut crc = crc32c::crc32c(&header);
+        open.put(&dir, &header)?;
+
+        let mut rows = 0u64;
+        let mut count = 0u64;
+        let mut emit = |open: &mut OpenFile, batch: &RecordBatch| -> Result<(), SpillError> {
+            let batch = compact_views(batch).map_err(|e| arrow_error(open, e))?;
+            let buffers = encoder.encode(&batch).map_err(|e| arrow_error(open, e))?;
+            for buffer in &buffers {
+                crc = crc32c::crc32c_append(crc, buffer.as_slice());
+                open.put(&dir, buffer.as_slice())?;
+            }
+            rows += batch.num_rows() as u64;
+            count += 1;
+            Ok(())
+        };
+
+        let target = self.options.coalesce_rows();
+        if target == 0 {
+            for batch in batches {
+                emit(open, batch)?;
+            }
+        } else {
+            let mut coalescer = BatchCoalescer::new(Arc::clone(&self.schema), target)
+                .with_biggest_coalesce_batch_size(Some(target / 2));
+            for batch in batches {
+                coalescer
+                    .push_batch(batch.clone())
+                    .map_err(|e| arrow_error(open, e))?;
+                while let Some(batch) = coalescer.next_completed_batch() {
+                    emit(open, &batch)?;
+                }
+            }
+            coalescer
+                .finish_buffered_batch()
+                .map_err(|e| arrow_error(open, e))?;
+            while let Some(batch) = coalescer.next_completed_batch() {
+                emit(open, &batch)?;
+            }
+        }
+
+        let eos = encoder.finish().map_err(|e| arrow_error(open, e))?;
+        for buffer in &eos {
+            crc = crc32c::crc32c_append(crc, buffer.as_slice());
+            open.put(&dir, buffer.as_slice())?;
+        }
+        let payload_len = open.pos - offset - HEADER_LEN as u64;
+        crc = crc32c::crc32c_append(crc, &Trailer::covered(payload_len, rows, count));
+        let trailer = Trailer {
+            payload_len,
+            rows,
+            batches: count,
+            crc,
+        }
+        .encode();
+        open.put(&dir, &trailer)?;
+
+        Ok(SegmentRef {
+            inner: Arc::new(SegmentInner {
+                file: Arc::clone(&open.run),
+                schema: Arc::clone(&self.schema),
+                partition,
+                offset,
+                len: open.pos - offset,
+                rows,
+                batches: count,
+                memory_bytes,
+                checksum: crc,
+            }),
+        })
+    }
+}
+
+fn arrow_error(open: &OpenFile, source: ArrowError) -> SpillError {
+    SpillError::Arrow {
+        path: open.run.path.clone(),
+        source,
+    }
+}
+
+impl OpenFile {
+    /// Appends `bytes` to the file, through the write buffer if small.
+    fn put(&mut self, dir: &SpillDir, bytes: &[u8]) -> Result<(), SpillError> {
+        if bytes.len() >= WRITE_BUFFER / 4 {
+            // large pieces (array buffers) skip the copy; keep the file in order
+            self.flush(dir)?;
+            self.write(dir, bytes)?;
+        } else {
+            if self.buf.len() + bytes.len() > WRITE_BUFFER {
+                self.flush(dir)?;
+            }
+            self.buf.extend_from_slice(bytes);
+        }
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn flush(&mut self, dir: &SpillDir) -> Result<(), SpillError> {
+        if !self.buf.is_empty() {
+            let buf = std::mem::take(&mut self.buf);
+            let result = self.write(dir, &buf);
+            self.buf = buf;
+            self.buf.clear();
+            result?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, dir: &SpillDir, bytes: &[u8]) -> Result<(), SpillError> {
+        dir.fs
+            .write_all(&mut self.file, bytes)
+            .map_err(|e| io_error(dir.path(), &self.run.path, e))?;
+        self.run.grew(bytes.len() as u64);
+        Ok(())
+    }
+}
+
+/// Compacts view arrays whose data buffers hold mostly bytes they no longer reference (e.g.
+/// slices of a larger array), so the spill writes only live strings (DataFusion #19414: 820 MB
+/// of spill became 33 MB). Other columns are returned as they are.
+fn compact_views(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    let needs = |column: &ArrayRef| match column.data_type() {
+        DataType::Utf8View => wasteful(
+            column
+                .as_string_view()
+                .data_buffers()
+                .iter()
+                .map(|b| b.len())
+                .sum(),
+            column.as_string_view().total_buffer_bytes_used(),
+        ),
+        DataType::BinaryView => wasteful(
+            column
+                .as_binary_view()
+                .data_buffers()
+                .iter()
+                .map(|b| b.len())
+                .sum(),
+            column.as_binary_view().total_buffer_bytes_used(),
+        ),
+        _ => false,
+    };
+    if !batch.columns().iter().any(needs) {
+        return Ok(batch.clone());
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|column| -> ArrayRef {
+            if !needs(column) {
+                return Arc::clone(column);
+            }
+            match column.data_type() {
+                DataType::Utf8View => Arc::new(column.as_string_view().gc()),
+                _ => Arc::new(column.as_binary_view().gc()),
+            }
+        })
+        .collect();
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(batch.schema(), columns, &options)
+}
+
+/// True if a view array's data buffers are more than twice what it references (and the waste
+/// is worth a copy).
+fn wasteful(buffer_bytes: usize, used_bytes: usize) -> bool {
+    buffer_bytes > 2 * used_bytes && buffer_bytes - used_bytes > 64 * 1024
+}
