@@ -1,18 +1,12 @@
-//! The one place that drives the shuffle buffer: settings from the command line in, batches
-//! in and out, figures out, errors turned into [`CliError`]s.
-//!
-//! STAND-IN: until `arrow_shards::ShardBuffer` lands on main, this holds shards in memory in a
-//! `Mutex<Vec<Vec<RecordBatch>>>` with the same contract (a write over the memory limit fails,
-//! each partition is read once, in write order, after `finish`). It is replaced by the real
-//! buffer in the next commits; nothing outside this file changes then.
+//! The one place that drives the shuffle buffer ([`ShardBuffer`]): settings from the command
+//! line in, batches in and out, figures out, the buffer's errors turned into [`CliError`]s.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{ArrowError, SchemaRef};
-use arrow_shards_memory::sizing::batch_memory_size;
+use arrow_schema::SchemaRef;
+use arrow_shards::{Compression, Error, Metrics, PartitionReader, ShardBuffer};
 
 use crate::args::CompressionArg;
 use crate::error::CliError;
@@ -20,9 +14,9 @@ use crate::error::CliError;
 /// Where the buffer may spill.
 #[derive(Debug, Clone)]
 pub(crate) enum Spill {
-    /// The buffer's default directory.
+    /// The buffer's default directory (the system temp directory).
     Default,
-    /// This directory.
+    /// Under this directory.
     Dir(PathBuf),
     /// Never spill.
     Disabled,
@@ -30,10 +24,6 @@ pub(crate) enum Spill {
 
 /// Buffer settings from the command line.
 #[derive(Debug, Clone)]
-#[expect(
-    dead_code,
-    reason = "the stand-in ignores spill settings; the real buffer reads them"
-)]
 pub(crate) struct BufferSettings {
     /// `--memory-limit`, bytes.
     pub(crate) memory_limit: Option<u64>,
@@ -52,8 +42,10 @@ pub(crate) struct BufferFigures {
     pub(crate) peak_reserved: u64,
     /// Bytes written to spill files.
     pub(crate) bytes_spilled: u64,
-    /// Bytes spill files occupied on disk at most.
+    /// Bytes in spill files that exist now.
     pub(crate) bytes_on_disk: u64,
+    /// Bytes written to spill files so far (deleted files included).
+    pub(crate) bytes_written_to_disk: u64,
     /// Spill rounds.
     pub(crate) spill_runs: u64,
     /// Spill files created.
@@ -62,16 +54,112 @@ pub(crate) struct BufferFigures {
     pub(crate) write_wait: Duration,
 }
 
-struct State {
-    partitions: Vec<Option<Vec<RecordBatch>>>,
-    reserved: u64,
-    peak: u64,
-    finished: bool,
+impl From<&Metrics> for BufferFigures {
+    fn from(m: &Metrics) -> Self {
+        BufferFigures {
+            peak_reserved: m.peak_reserved as u64,
+            bytes_spilled: m.bytes_spilled,
+            bytes_on_disk: m.bytes_on_disk,
+            bytes_written_to_disk: m.bytes_written_to_disk,
+            spill_runs: m.spill_runs,
+            spill_files: m.spill_files,
+            write_wait: m.write_wait,
+        }
+    }
+}
+
+/// A handle on the shuffle buffer, shared by every thread.
+#[derive(Clone)]
+pub(crate) struct Buffer {
+    inner: ShardBuffer,
+    partitions: u32,
+    settings: BufferSettings,
+}
+
+impl Buffer {
+    /// Builds the buffer for `partitions` partitions of `schema`.
+    pub(crate) fn new(
+        schema: SchemaRef,
+        partitions: u32,
+        settings: &BufferSettings,
+    ) -> Result<Self, CliError> {
+        let mut builder = ShardBuffer::builder(schema, partitions)
+            .with_read_batch_rows(settings.read_batch_rows)
+            .with_compression(match settings.compression {
+                CompressionArg::None => Compression::None,
+                CompressionArg::Lz4 => Compression::Lz4,
+                CompressionArg::Zstd => Compression::Zstd { level: 1 },
+            });
+        if let Some(limit) = settings.memory_limit {
+            builder = builder.with_memory_limit(usize::try_from(limit).unwrap_or(usize::MAX));
+        }
+        builder = match &settings.spill {
+            Spill::Default => builder,
+            Spill::Dir(dir) => {
+                check_spill_dir(dir)?;
+                builder.with_spill_dir(dir)
+            }
+            Spill::Disabled => builder.with_spill_disabled(),
+        };
+        let inner = builder.build().map_err(|e| CliError::Buffer {
+            message: e.to_string(),
+        })?;
+        Ok(Buffer {
+            inner,
+            partitions,
+            settings: settings.clone(),
+        })
+    }
+
+    /// The number of partitions.
+    pub(crate) fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    /// Writes `batch` to `partition`; waits while the spiller makes room.
+    pub(crate) fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), CliError> {
+        self.inner
+            .write_blocking(partition, batch)
+            .map_err(|e| self.error(e.error()))
+    }
+
+    /// Declares the input complete.
+    pub(crate) fn finish(&self) -> Result<(), CliError> {
+        self.inner.finish().map_err(|e| self.error(&e))
+    }
+
+    /// Partition `partition`'s batches, in write order; exactly once.
+    pub(crate) fn read(&self, partition: u32) -> Result<PartitionReader, CliError> {
+        self.inner.read(partition).map_err(|e| self.error(&e))
+    }
+
+    /// The figures so far.
+    pub(crate) fn figures(&self) -> BufferFigures {
+        BufferFigures::from(&self.inner.metrics())
+    }
+
+    /// Shuts the buffer down (removing its spill files); the final figures.
+    pub(crate) fn close(&self) -> Result<BufferFigures, CliError> {
+        let metrics = self.inner.close().map_err(|e| self.error(&e))?;
+        Ok(BufferFigures::from(&metrics))
+    }
+
+    /// The buffer's error, with advice where the command line can help.
+    fn error(&self, error: &Error) -> CliError {
+        let message = match (error, &self.settings.spill) {
+            (Error::MemoryExhausted { .. }, Spill::Disabled) => format!(
+                "{error}; with --no-spill the whole input must fit in --memory-limit: raise the \
+                 limit or allow spilling"
+            ),
+            _ => error.to_string(),
+        };
+        CliError::Buffer { message }
+    }
 }
 
 /// Creates `dir` if needed and checks a file can be created in it, so a bad `--spill-dir` is
 /// reported before any work rather than at the first spill.
-fn check_spill_dir(dir: &std::path::Path) -> Result<(), CliError> {
+fn check_spill_dir(dir: &Path) -> Result<(), CliError> {
     let fail = |source| CliError::SpillDir {
         path: dir.to_owned(),
         source,
@@ -82,110 +170,4 @@ fn check_spill_dir(dir: &std::path::Path) -> Result<(), CliError> {
     // Best effort: the probe is empty and hidden.
     let _ = std::fs::remove_file(&probe);
     Ok(())
-}
-
-/// A handle on the shuffle buffer, shared by every thread.
-#[derive(Clone)]
-pub(crate) struct Buffer {
-    state: Arc<Mutex<State>>,
-    limit: Option<u64>,
-}
-
-impl Buffer {
-    /// Builds the buffer for `partitions` partitions of `schema`.
-    pub(crate) fn new(
-        _schema: SchemaRef,
-        partitions: u32,
-        settings: &BufferSettings,
-    ) -> Result<Self, CliError> {
-        if let Spill::Dir(dir) = &settings.spill {
-            check_spill_dir(dir)?;
-        }
-        let state = State {
-            partitions: (0..partitions).map(|_| Some(Vec::new())).collect(),
-            reserved: 0,
-            peak: 0,
-            finished: false,
-        };
-        Ok(Buffer {
-            state: Arc::new(Mutex::new(state)),
-            limit: settings.memory_limit,
-        })
-    }
-
-    /// The number of partitions.
-    pub(crate) fn partitions(&self) -> u32 {
-        self.lock().partitions.len() as u32
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Writes `batch` to `partition`, waiting for memory or spilling as configured.
-    pub(crate) fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), CliError> {
-        let size = batch_memory_size(&batch) as u64;
-        let mut state = self.lock();
-        if let Some(limit) = self.limit
-            && state.reserved + size > limit
-        {
-            return Err(CliError::Buffer {
-                message: format!(
-                    "memory exhausted: the batch needs {size} more bytes with {} of {limit} bytes reserved",
-                    state.reserved
-                ),
-            });
-        }
-        state.reserved += size;
-        state.peak = state.peak.max(state.reserved);
-        let Some(Some(shards)) = state.partitions.get_mut(partition as usize) else {
-            return Err(CliError::Buffer {
-                message: format!("partition {partition} unavailable"),
-            });
-        };
-        shards.push(batch);
-        Ok(())
-    }
-
-    /// Declares the input complete.
-    pub(crate) fn finish(&self) -> Result<(), CliError> {
-        self.lock().finished = true;
-        Ok(())
-    }
-
-    /// Partition `partition`'s batches, in write order; exactly once.
-    pub(crate) fn read(
-        &self,
-        partition: u32,
-    ) -> Result<impl Iterator<Item = Result<RecordBatch, ArrowError>> + use<>, CliError> {
-        let mut state = self.lock();
-        if !state.finished {
-            return Err(CliError::Buffer {
-                message: "read before finish".into(),
-            });
-        }
-        let shards = state
-            .partitions
-            .get_mut(partition as usize)
-            .and_then(Option::take)
-            .ok_or_else(|| CliError::Buffer {
-                message: format!("partition {partition} already read"),
-            })?;
-        let freed: u64 = shards.iter().map(|b| batch_memory_size(b) as u64).sum();
-        state.reserved -= freed;
-        Ok(shards.into_iter().map(Ok))
-    }
-
-    /// The figures so far.
-    pub(crate) fn figures(&self) -> BufferFigures {
-        BufferFigures {
-            peak_reserved: self.lock().peak,
-            ..Default::default()
-        }
-    }
-
-    /// Shuts the buffer down; the final figures.
-    pub(crate) fn close(&self) -> Result<BufferFigures, CliError> {
-        Ok(self.figures())
-    }
 }

@@ -136,12 +136,12 @@ impl Drop for OutputDir {
     }
 }
 
-/// The partition index of an output file name `part-NNNNN.parquet` / `part-NNNNN.arrow`.
+/// The partition index of an output file name `part-NNNNN.{parquet,arrow,arrows}`.
 fn part_index(name: &str) -> Option<u32> {
     let rest = name.strip_prefix("part-")?;
-    let digits = rest
-        .strip_suffix(".parquet")
-        .or_else(|| rest.strip_suffix(".arrow"))?;
+    let digits = [".parquet", ".arrow", ".arrows"]
+        .iter()
+        .find_map(|ext| rest.strip_suffix(ext))?;
     if digits.len() < 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

@@ -75,6 +75,8 @@ pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
     let stream = stream.into_inner().unwrap_or_else(PoisonError::into_inner);
     let shuffled = shuffled?.into_iter().fold(InTimes::default(), InTimes::add);
     buffer.finish()?;
+    // Spill files only go away as partitions are read, so the disk is fullest now.
+    let on_disk_at_finish = buffer.figures().bytes_on_disk;
     let read_stats = stream.stats();
 
     // Phase 2: buffer -> partitions read back -> output files.
@@ -125,7 +127,8 @@ pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
         memory_limit: args.memory_limit,
         peak_reserved: figures.peak_reserved,
         bytes_spilled: figures.bytes_spilled,
-        bytes_on_disk: figures.bytes_on_disk,
+        bytes_on_disk: figures.bytes_on_disk.max(on_disk_at_finish),
+        bytes_written_to_disk: figures.bytes_written_to_disk,
         spill_runs: figures.spill_runs,
         spill_files: figures.spill_files,
         peak_rss: peak_rss(),

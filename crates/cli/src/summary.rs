@@ -38,8 +38,11 @@ pub(crate) struct Report {
     pub(crate) peak_reserved: u64,
     /// Bytes the buffer wrote to spill files.
     pub(crate) bytes_spilled: u64,
-    /// Bytes of spill files on disk (at most, during the run).
+    /// Bytes of spill files on disk when the input was finished (files are only removed as
+    /// partitions are read, so this is the most the run kept on disk).
     pub(crate) bytes_on_disk: u64,
+    /// Bytes written to spill files in all (compressed, framed).
+    pub(crate) bytes_written_to_disk: u64,
     /// Spill rounds.
     pub(crate) spill_runs: u64,
     /// Spill files created.

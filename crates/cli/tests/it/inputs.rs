@@ -248,44 +248,34 @@ fn changing_dictionaries_need_the_arrow_stream_format() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("t.arrows");
     write_arrow_stream(&input, &[table(0..100), table(100..200)]);
-    let run = arrow_shards()
-        .arg("shuffle")
-        .arg(&input)
-        .args([
-            "--key",
-            "n",
-            "--partitions",
-            "2",
-            "--format",
-            "arrow",
-            "--output",
-        ])
-        .arg(dir.path().join("file"))
-        .assert()
-        .code(1);
+    // one-row batches, so the buffer's read-back coalescing cannot merge the dictionaries
+    let shuffle = |format: &str, out: &Path| {
+        arrow_shards()
+            .arg("shuffle")
+            .arg(&input)
+            .args([
+                "--key",
+                "n",
+                "--partitions",
+                "2",
+                "--batch-rows",
+                "1",
+                "--quiet",
+            ])
+            .args(["--format", format, "--output"])
+            .arg(out)
+            .assert()
+    };
+    let file = dir.path().join("file");
+    let run = shuffle("arrow", &file).code(1);
     let err = String::from_utf8(run.get_output().stderr.clone()).unwrap();
     assert!(
         err.contains("use --format arrow-stream or --format parquet"),
         "{err}"
     );
-    assert!(crate::util::listing(&dir.path().join("file")).is_empty());
-    let out = dir.path().join("stream");
-    arrow_shards()
-        .arg("shuffle")
-        .arg(&input)
-        .args([
-            "--key",
-            "n",
-            "--partitions",
-            "2",
-            "--format",
-            "arrow-stream",
-            "--quiet",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
-    let parts = read_parts(&out, "arrows");
+    assert!(crate::util::listing(&file).is_empty());
+    let stream = dir.path().join("stream");
+    shuffle("arrow-stream", &stream).success();
+    let parts = read_parts(&stream, "arrows");
     assert_eq!(parts.values().map(|(_, b)| rows(b)).sum::<usize>(), 200);
 }

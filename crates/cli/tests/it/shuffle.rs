@@ -417,7 +417,6 @@ fn the_summary_table_goes_to_stdout_and_quiet_silences_it() {
 /// A memory limit far below the data makes the buffer spill; the output is still exact and the
 /// spill directory is left empty.
 #[test]
-#[ignore = "needs spilling in ShardBuffer (with_spill_dir) on main"]
 fn a_small_memory_limit_spills_and_still_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let (out, spill) = (dir.path().join("out"), dir.path().join("spill"));
