@@ -27,8 +27,11 @@ pub(crate) enum Command {
     /// --output, writes DIR/part-00000.parquet ... one file per partition, empty partitions
     /// included). Without --output the partitions are only read and counted: the benchmark mode.
     ///
-    /// Rows whose key columns are all null go to partition 0. The hash is documented in the
-    /// crate docs (`hash.rs`) and is the same on every run and platform.
+    /// The partition of a row is a 64-bit hash of its key mod N: FNV-1a over a canonical
+    /// little-endian encoding of each key value (integers widened to 64 bits; equal strings hash
+    /// equally as Utf8, LargeUtf8, Utf8View or dictionary values), folded over the key columns
+    /// with the MurmurHash3 finalizer. It is the same on every run and platform (see the
+    /// `hash` module of arrow-shards-cli). Rows whose key columns are all null go to partition 0.
     Shuffle(ShuffleArgs),
     /// Generate test data.
     Gen(GenArgs),
@@ -66,15 +69,17 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, short, value_name = "DIR")]
     pub(crate) output: Option<PathBuf>,
 
-    /// Memory the buffer may hold, e.g. 64MiB, 1GB, 500000 (bytes). Default: unlimited.
+    /// Memory the buffer may hold, e.g. 64MiB, 1GB, 500000 (bytes); it spills its largest
+    /// partitions from 80% of it. Default: unlimited (nothing is ever spilled).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(crate) memory_limit: Option<u64>,
 
-    /// Directory for spill files. Default: the buffer's default (the system temp directory).
+    /// Directory under which the buffer makes its private spill directory (removed at the
+    /// end, also after a failure). Default: the system temp directory.
     #[arg(long, value_name = "DIR", conflicts_with = "no_spill")]
     pub(crate) spill_dir: Option<PathBuf>,
 
-    /// Never spill: writers wait for memory instead (with a limit too small, the run fails).
+    /// Never spill: the whole input must fit in --memory-limit, or the run fails.
     #[arg(long)]
     pub(crate) no_spill: bool,
 

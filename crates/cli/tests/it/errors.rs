@@ -6,23 +6,17 @@ use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, ListBuilder};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use assert_cmd::Command;
 
-use crate::util::{arrow_shards, fixture, lineitem, listing, write_parquet};
+use crate::util::{fixture, lineitem, listing, shuffle, write_parquet};
 
-/// Runs `arrow-shards shuffle <args>`, expects exit status `code`, and returns stderr, checked
-/// to be one line (two for clap's usage errors) without a panic.
-fn fails(args: &[&str], code: i32) -> String {
-    let run = arrow_shards()
-        .arg("shuffle")
-        .args(args)
-        .assert()
-        .code(code)
-        .stdout("");
+/// Runs `command`, expects exit status `code` and nothing on stdout, and returns stderr,
+/// checked to hold no panic and, for status 1, to be one `arrow-shards: error: ` line.
+fn fails(command: &mut Command, code: i32) -> String {
+    let run = command.assert().code(code).stdout("");
     let stderr = String::from_utf8(run.get_output().stderr.clone()).unwrap();
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("backtrace"),
-        "{stderr}"
-    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("backtrace"), "{stderr}");
     if code == 1 {
         assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
         assert!(stderr.starts_with("arrow-shards: error: "), "{stderr}");
@@ -30,58 +24,43 @@ fn fails(args: &[&str], code: i32) -> String {
     stderr
 }
 
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
+/// A path below a regular file: nothing can be created there.
+fn below_a_file(dir: &Path) -> std::path::PathBuf {
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    file.join("sub")
 }
 
 #[test]
 fn a_missing_input_is_named() {
     let err = fails(
-        &["/no/such/input.parquet", "--key", "a", "--partitions", "2"],
+        &mut shuffle(&["/no/such/in.parquet"], "--key a --partitions 2"),
         1,
     );
-    assert!(
-        err.contains("cannot read input /no/such/input.parquet: No such file"),
-        "{err}"
-    );
+    let expected = "cannot read input /no/such/in.parquet: No such file";
+    assert!(err.contains(expected), "{err}");
 }
 
 #[test]
 fn not_parquet_is_named() {
     let input = fixture("not-parquet.parquet");
-    let err = fails(&[path(&input), "--key", "a", "--partitions", "2"], 1);
-    assert!(
-        err.contains("not-parquet.parquet is not a parquet or Arrow IPC file"),
-        "{err}"
-    );
+    let err = fails(&mut shuffle(&[input], "--key a --partitions 2"), 1);
+    let expected = "not-parquet.parquet is not a parquet or Arrow IPC file";
+    assert!(err.contains(expected), "{err}");
 }
 
 #[test]
 fn truncated_parquet_is_named() {
     let input = fixture("truncated.parquet");
-    let err = fails(
-        &[path(&input), "--key", "l_orderkey", "--partitions", "2"],
-        1,
-    );
-    assert!(
-        err.contains("cannot read input") && err.contains("truncated.parquet"),
-        "{err}"
-    );
+    let err = fails(&mut shuffle(&[input], "--key l_orderkey --partitions 2"), 1);
+    assert!(err.contains("cannot read input"), "{err}");
+    assert!(err.contains("truncated.parquet"), "{err}");
 }
 
 #[test]
 fn an_unknown_key_lists_the_columns() {
-    let input = lineitem();
-    let err = fails(
-        &[
-            path(&input),
-            "--key",
-            "l_orderkey,orderkey",
-            "--partitions",
-            "2",
-        ],
-        1,
-    );
+    let flags = "--key l_orderkey,orderkey --partitions 2";
+    let err = fails(&mut shuffle(&[lineitem()], flags), 1);
     assert!(err.contains("unknown key column \"orderkey\""), "{err}");
     assert!(
         err.contains("the input has columns: l_orderkey, l_partkey,"),
@@ -98,81 +77,31 @@ fn an_unsupported_key_type_is_named() {
     lists.append(true);
     let batch = RecordBatch::try_from_iter([("l", Arc::new(lists.finish()) as ArrayRef)]).unwrap();
     write_parquet(&input, &[batch]);
-    let err = fails(&[path(&input), "--key", "l", "--partitions", "2"], 1);
+    let err = fails(&mut shuffle(&[input], "--key l --partitions 2"), 1);
     assert!(err.contains("key column \"l\" has type List"), "{err}");
     assert!(err.contains("cannot be a key"), "{err}");
 }
 
 #[test]
 fn bad_sizes_and_counts_are_usage_errors() {
-    let input = lineitem();
-    let err = fails(
-        &[
-            path(&input),
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "2",
-            "--memory-limit",
-            "12XB",
-        ],
-        2,
-    );
+    let usage = |flags: &str| fails(&mut shuffle(&[lineitem()], flags), 2);
+    let err = usage("--key l_orderkey --partitions 2 --memory-limit 12XB");
     assert!(
         err.contains("invalid value '12XB' for '--memory-limit <SIZE>'"),
         "{err}"
     );
-    fails(
-        &[
-            path(&input),
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "2",
-            "--memory-limit",
-            "0",
-        ],
-        2,
-    );
-    fails(
-        &[path(&input), "--key", "l_orderkey", "--partitions", "0"],
-        2,
-    );
-    fails(&[path(&input), "--partitions", "2"], 2);
-    fails(
-        &[
-            path(&input),
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "2",
-            "--no-spill",
-            "--spill-dir",
-            "/tmp",
-        ],
-        2,
-    );
+    usage("--key l_orderkey --partitions 2 --memory-limit 0");
+    usage("--key l_orderkey --partitions 0");
+    usage("--partitions 2");
+    usage("--key l_orderkey --partitions 2 --no-spill --spill-dir /tmp");
 }
 
 #[test]
 fn an_unwritable_output_directory_is_named() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("a-file");
-    std::fs::write(&file, "x").unwrap();
-    let out = file.join("out");
-    let input = lineitem();
-    let err = fails(
-        &[
-            path(&input),
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "2",
-            "--output",
-            path(&out),
-        ],
-        1,
-    );
+    let out = below_a_file(dir.path());
+    let mut command = shuffle(&[lineitem()], "--key l_orderkey --partitions 2 --output");
+    let err = fails(command.arg(&out), 1);
     assert!(
         err.contains(&format!("cannot write {}", out.display())),
         "{err}"
@@ -182,33 +111,18 @@ fn an_unwritable_output_directory_is_named() {
 #[test]
 fn an_unusable_spill_directory_is_named() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("a-file");
-    std::fs::write(&file, "x").unwrap();
-    let spill = file.join("spill");
-    let input = lineitem();
-    let err = fails(
-        &[
-            path(&input),
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "2",
-            "--spill-dir",
-            path(&spill),
-        ],
-        1,
-    );
-    assert!(
-        err.contains(&format!("cannot use spill directory {}", spill.display())),
-        "{err}"
-    );
+    let spill = below_a_file(dir.path());
+    let mut command = shuffle(&[lineitem()], "--key l_orderkey --partitions 2 --spill-dir");
+    let err = fails(command.arg(&spill), 1);
+    let expected = format!("cannot use spill directory {}", spill.display());
+    assert!(err.contains(&expected), "{err}");
 }
 
 #[test]
 fn an_empty_directory_is_named() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("readme.txt"), "no data here").unwrap();
-    let err = fails(&[path(dir.path()), "--key", "a", "--partitions", "2"], 1);
+    let err = fails(&mut shuffle(&[dir.path()], "--key a --partitions 2"), 1);
     assert!(err.contains("holds no .parquet"), "{err}");
 }
 
@@ -220,7 +134,7 @@ fn inputs_with_different_schemas_are_refused() {
     let strings: ArrayRef = Arc::new(StringArray::from(vec!["1", "2"]));
     write_parquet(&a, &[RecordBatch::try_from_iter([("k", ints)]).unwrap()]);
     write_parquet(&b, &[RecordBatch::try_from_iter([("k", strings)]).unwrap()]);
-    let err = fails(&[path(&a), path(&b), "--key", "k", "--partitions", "2"], 1);
+    let err = fails(&mut shuffle(&[a, b], "--key k --partitions 2"), 1);
     assert!(
         err.contains("b.parquet has a different schema than"),
         "{err}"
@@ -236,22 +150,26 @@ fn inputs_with_different_schemas_are_refused() {
 fn a_failed_run_leaves_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let input = lineitem();
-    let err = fails(
-        &[
-            path(&input),
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "4",
-            "--memory-limit",
-            "64KiB",
-            "--no-spill",
-            "--output",
-            path(&out),
-        ],
-        1,
-    );
-    assert!(err.contains("memory"), "{err}");
+    let flags = "--key l_orderkey --partitions 4 --memory-limit 64KiB --no-spill --output";
+    let err = fails(shuffle(&[lineitem()], flags).arg(&out), 1);
+    assert!(err.contains("memory exhausted"), "{err}");
+    assert!(err.contains("raise the limit or allow spilling"), "{err}");
+    assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
+}
+
+/// A full disk while writing output: the partition's temporary file is a symlink to
+/// `/dev/full`, where every write fails with ENOSPC.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_is_named_and_leaves_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let temp = out.join(".part-00001.parquet.tmp");
+    std::os::unix::fs::symlink("/dev/full", &temp).unwrap();
+    let flags = "--key l_orderkey --partitions 2 --threads 1 --output";
+    let err = fails(shuffle(&[lineitem()], flags).arg(&out), 1);
+    assert!(err.contains("no space left on the disk holding"), "{err}");
+    assert!(err.contains(".part-00001.parquet.tmp"), "{err}");
     assert!(listing(&out).is_empty(), "left behind: {:?}", listing(&out));
 }

@@ -14,7 +14,7 @@ use arrow_array::{
 };
 
 use crate::util::{
-    arrow_shards, json, read_parts, rows, write_arrow_file, write_arrow_stream, write_parquet,
+    json, read_parts, rows, shuffle, write_arrow_file, write_arrow_stream, write_parquet,
 };
 
 const ROWS: i64 = 400;
@@ -82,21 +82,8 @@ fn table(ids: std::ops::Range<i64>) -> RecordBatch {
 
 /// Shuffles `inputs` on `key` into `partitions` and returns the partition of every row id.
 fn assignment(inputs: &[&Path], key: &str, partitions: u32, out: &Path) -> HashMap<i64, u32> {
-    let run = arrow_shards()
-        .arg("shuffle")
-        .args(inputs)
-        .args([
-            "--key",
-            key,
-            "--partitions",
-            &partitions.to_string(),
-            "--verify",
-            "--json",
-        ])
-        .arg("--output")
-        .arg(out)
-        .assert()
-        .success();
+    let flags = format!("--key {key} --partitions {partitions} --verify --json --output");
+    let run = shuffle(inputs, &flags).arg(out).assert().success();
     let report = json(&run.get_output().stdout);
     let mut by_id = HashMap::new();
     for (partition, (_, batches)) in read_parts(out, "parquet") {
@@ -220,22 +207,13 @@ fn large_input_batches_are_cut_to_batch_rows() {
     let input = dir.path().join("big-batch.arrows");
     write_arrow_stream(&input, &[table(0..ROWS)]);
     let out = dir.path().join("out");
-    arrow_shards()
-        .arg("shuffle")
-        .arg(&input)
-        .args([
-            "--key",
-            "id",
-            "--partitions",
-            "1",
-            "--batch-rows",
-            "64",
-            "--quiet",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
+    shuffle(
+        &[input],
+        "--key id --partitions 1 --batch-rows 64 --quiet --output",
+    )
+    .arg(&out)
+    .assert()
+    .success();
     let parts = read_parts(&out, "parquet");
     let (_, batches) = &parts[&0];
     assert_eq!(rows(batches), ROWS as usize);
@@ -249,33 +227,20 @@ fn changing_dictionaries_need_the_arrow_stream_format() {
     let input = dir.path().join("t.arrows");
     write_arrow_stream(&input, &[table(0..100), table(100..200)]);
     // one-row batches, so the buffer's read-back coalescing cannot merge the dictionaries
-    let shuffle = |format: &str, out: &Path| {
-        arrow_shards()
-            .arg("shuffle")
-            .arg(&input)
-            .args([
-                "--key",
-                "n",
-                "--partitions",
-                "2",
-                "--batch-rows",
-                "1",
-                "--quiet",
-            ])
-            .args(["--format", format, "--output"])
-            .arg(out)
-            .assert()
+    let run = |format: &str, out: &Path| {
+        let flags = format!("--key n --partitions 2 --batch-rows 1 --quiet --format {format}");
+        shuffle(&[&input], &flags).arg("--output").arg(out).assert()
     };
     let file = dir.path().join("file");
-    let run = shuffle("arrow", &file).code(1);
-    let err = String::from_utf8(run.get_output().stderr.clone()).unwrap();
+    let failed = run("arrow", &file).code(1);
+    let err = String::from_utf8(failed.get_output().stderr.clone()).unwrap();
     assert!(
         err.contains("use --format arrow-stream or --format parquet"),
         "{err}"
     );
     assert!(crate::util::listing(&file).is_empty());
     let stream = dir.path().join("stream");
-    shuffle("arrow-stream", &stream).success();
+    run("arrow-stream", &stream).success();
     let parts = read_parts(&stream, "arrows");
     assert_eq!(parts.values().map(|(_, b)| rows(b)).sum::<usize>(), 200);
 }

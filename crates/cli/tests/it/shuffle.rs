@@ -12,7 +12,7 @@ use arrow_select::concat::concat_batches;
 use arrow_select::take::take_record_batch;
 
 use crate::util::{
-    arrow_shards, fixture, json, lineitem, listing, read_parquet, read_parts, rows, write_parquet,
+    fixture, json, lineitem, listing, read_parquet, read_parts, rows, shuffle, write_parquet,
 };
 
 const LINEITEM_ROWS: u64 = 60_175;
@@ -94,24 +94,7 @@ fn assert_same_rows_and_keys_together(out: &Path, partitions: u32) {
 fn fixture_round_trip_keeps_every_row_once_and_keys_together() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let run = arrow_shards()
-        .arg("shuffle")
-        .arg(lineitem())
-        .args([
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "16",
-            "--threads",
-            "2",
-        ])
-        .args([
-            "--memory-limit",
-            "256MiB",
-            "--no-spill",
-            "--verify",
-            "--json",
-        ])
+    let run = shuffle(&[lineitem()], "--key l_orderkey --partitions 16 --threads 2 --memory-limit 256MiB --no-spill --verify --json")
         .arg("--output")
         .arg(&out)
         .assert()
@@ -153,21 +136,14 @@ fn fixture_round_trip_keeps_every_row_once_and_keys_together() {
 #[test]
 fn a_key_lands_in_its_documented_partition() {
     let dir = tempfile::tempdir().unwrap();
-    arrow_shards()
-        .arg("shuffle")
-        .arg(lineitem())
-        .args([
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "64",
-            "--quiet",
-            "--output",
-        ])
-        .arg(dir.path())
-        .assert()
-        .success()
-        .stdout("");
+    shuffle(
+        &[lineitem()],
+        "--key l_orderkey --partitions 64 --quiet --output",
+    )
+    .arg(dir.path())
+    .assert()
+    .success()
+    .stdout("");
     let (_, batches) = read_parquet(&dir.path().join("part-00038.parquet"));
     let order_one: usize = batches
         .iter()
@@ -199,21 +175,13 @@ fn every_partition_gets_a_file_even_when_empty() {
         &[RecordBatch::try_from_iter([("k", keys), ("p", payload)]).unwrap()],
     );
     let out = dir.path().join("out");
-    arrow_shards()
-        .arg("shuffle")
-        .arg(&input)
-        .args([
-            "--key",
-            "k",
-            "--partitions",
-            "32",
-            "--quiet",
-            "--verify",
-            "--output",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
+    shuffle(
+        &[input],
+        "--key k --partitions 32 --quiet --verify --output",
+    )
+    .arg(&out)
+    .assert()
+    .success();
     let parts = read_parts(&out, "parquet");
     assert_eq!(parts.len(), 32);
     let non_empty: Vec<(u32, usize)> = parts
@@ -232,21 +200,13 @@ fn every_partition_gets_a_file_even_when_empty() {
 #[test]
 fn zero_row_input_gives_zero_row_partitions() {
     let dir = tempfile::tempdir().unwrap();
-    let run = arrow_shards()
-        .arg("shuffle")
-        .arg(fixture("zero-rows.parquet"))
-        .args([
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "4",
-            "--json",
-            "--verify",
-            "--output",
-        ])
-        .arg(dir.path())
-        .assert()
-        .success();
+    let run = shuffle(
+        &[fixture("zero-rows.parquet")],
+        "--key l_orderkey --partitions 4 --json --verify --output",
+    )
+    .arg(dir.path())
+    .assert()
+    .success();
     let report = json(&run.get_output().stdout);
     assert_eq!(report["rows_in"], 0);
     assert_eq!(report["rows_out"], 0);
@@ -261,19 +221,8 @@ fn zero_row_input_gives_zero_row_partitions() {
 
 #[test]
 fn without_output_partitions_are_only_counted() {
-    let run = arrow_shards()
-        .arg("shuffle")
-        .arg(lineitem())
-        .args([
-            "--key",
-            "l_orderkey,l_linenumber",
-            "--partitions",
-            "8",
-            "--json",
-            "--verify",
-        ])
-        .assert()
-        .success();
+    let flags = "--key l_orderkey,l_linenumber --partitions 8 --json --verify";
+    let run = shuffle(&[lineitem()], flags).assert().success();
     let report = json(&run.get_output().stdout);
     assert_eq!(report["rows_out"], LINEITEM_ROWS);
     assert!(report["output"].is_null());
@@ -289,22 +238,8 @@ fn partitions_are_the_same_across_runs_and_thread_counts() {
     let dir = tempfile::tempdir().unwrap();
     let contents = |threads: &str, name: &str| {
         let out = dir.path().join(name);
-        arrow_shards()
-            .arg("shuffle")
-            .arg(lineitem())
-            .args([
-                "--key",
-                "l_partkey",
-                "--partitions",
-                "8",
-                "--quiet",
-                "--threads",
-                threads,
-            ])
-            .arg("--output")
-            .arg(&out)
-            .assert()
-            .success();
+        let flags = format!("--key l_partkey --partitions 8 --quiet --threads {threads} --output");
+        shuffle(&[lineitem()], &flags).arg(&out).assert().success();
         read_parts(&out, "parquet")
             .into_iter()
             .map(|(p, (_, batches))| {
@@ -328,27 +263,14 @@ fn partitions_are_the_same_across_runs_and_thread_counts() {
 #[test]
 fn a_rerun_replaces_the_earlier_output() {
     let dir = tempfile::tempdir().unwrap();
-    let shuffle = |partitions: &str, format: &str| {
-        arrow_shards()
-            .arg("shuffle")
-            .arg(fixture("zero-rows.parquet"))
-            .args([
-                "--key",
-                "l_orderkey",
-                "--quiet",
-                "--partitions",
-                partitions,
-                "--format",
-                format,
-            ])
-            .arg("--output")
-            .arg(dir.path())
-            .assert()
-            .success();
+    let run = |partitions: &str, format: &str| {
+        let flags = format!("--key l_orderkey --quiet --partitions {partitions} --format {format}");
+        let mut command = shuffle(&[fixture("zero-rows.parquet")], &flags);
+        command.arg("--output").arg(dir.path()).assert().success();
     };
     std::fs::write(dir.path().join("notes.txt"), "not ours").unwrap();
-    shuffle("6", "parquet");
-    shuffle("3", "arrow");
+    run("6", "parquet");
+    run("3", "arrow");
     assert_eq!(
         listing(dir.path()),
         [
@@ -363,22 +285,13 @@ fn a_rerun_replaces_the_earlier_output() {
 #[test]
 fn arrow_output_holds_the_same_rows() {
     let dir = tempfile::tempdir().unwrap();
-    arrow_shards()
-        .arg("shuffle")
-        .arg(lineitem())
-        .args([
-            "--key",
-            "l_suppkey",
-            "--partitions",
-            "5",
-            "--format",
-            "arrow",
-            "--quiet",
-            "--output",
-        ])
-        .arg(dir.path())
-        .assert()
-        .success();
+    shuffle(
+        &[lineitem()],
+        "--key l_suppkey --partitions 5 --format arrow --quiet --output",
+    )
+    .arg(dir.path())
+    .assert()
+    .success();
     let parts = read_parts(dir.path(), "arrow");
     assert_eq!(parts.len(), 5);
     let mut ids: Vec<(i64, i32)> = parts
@@ -394,20 +307,14 @@ fn arrow_output_holds_the_same_rows() {
 
 #[test]
 fn the_summary_table_goes_to_stdout_and_quiet_silences_it() {
-    let table = arrow_shards()
-        .arg("shuffle")
-        .arg(lineitem())
-        .args(["--key", "l_orderkey", "--partitions", "4"])
+    let table = shuffle(&[lineitem()], "--key l_orderkey --partitions 4")
         .assert()
         .success()
         .stderr(""); // not a terminal: no progress bar
     let text = String::from_utf8(table.get_output().stdout.clone()).unwrap();
     assert!(text.contains("rows in  60175"), "{text}");
     assert!(text.contains("partitions  4 (0 empty)"), "{text}");
-    arrow_shards()
-        .arg("shuffle")
-        .arg(lineitem())
-        .args(["--key", "l_orderkey", "--partitions", "4", "--quiet"])
+    shuffle(&[lineitem()], "--key l_orderkey --partitions 4 --quiet")
         .assert()
         .success()
         .stdout("")
@@ -420,18 +327,7 @@ fn the_summary_table_goes_to_stdout_and_quiet_silences_it() {
 fn a_small_memory_limit_spills_and_still_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let (out, spill) = (dir.path().join("out"), dir.path().join("spill"));
-    let run = arrow_shards()
-        .arg("shuffle")
-        .arg(lineitem())
-        .args([
-            "--key",
-            "l_orderkey",
-            "--partitions",
-            "16",
-            "--memory-limit",
-            "2MiB",
-        ])
-        .args(["--compression", "lz4", "--verify", "--json", "--output"])
+    let run = shuffle(&[lineitem()], "--key l_orderkey --partitions 16 --memory-limit 2MiB --compression lz4 --verify --json --output")
         .arg(&out)
         .arg("--spill-dir")
         .arg(&spill)

@@ -17,6 +17,18 @@ pub(crate) fn arrow_shards() -> Command {
     assert_cmd::cargo::cargo_bin_cmd!("arrow-shards")
 }
 
+/// `arrow-shards shuffle INPUT... FLAGS`, with the flags as one whitespace-separated string
+/// (paths that may contain spaces go in `inputs` or are added with `.arg`).
+pub(crate) fn shuffle<P: AsRef<Path>>(inputs: &[P], flags: &str) -> Command {
+    let mut command = arrow_shards();
+    command.arg("shuffle");
+    for input in inputs {
+        command.arg(input.as_ref());
+    }
+    command.args(flags.split_whitespace());
+    command
+}
+
 /// A committed fixture.
 pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
