@@ -2,7 +2,6 @@
 //! line in, batches in and out, figures out, the buffer's errors turned into [`CliError`]s.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -33,39 +32,6 @@ pub(crate) struct BufferSettings {
     pub(crate) compression: CompressionArg,
     /// `--batch-rows`, for reading partitions back.
     pub(crate) read_batch_rows: usize,
-}
-
-/// The figures of the buffer the report shows.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct BufferFigures {
-    /// Most bytes held in memory at once.
-    pub(crate) peak_reserved: u64,
-    /// Bytes written to spill files.
-    pub(crate) bytes_spilled: u64,
-    /// Bytes in spill files that exist now.
-    pub(crate) bytes_on_disk: u64,
-    /// Bytes written to spill files so far (deleted files included).
-    pub(crate) bytes_written_to_disk: u64,
-    /// Spill rounds.
-    pub(crate) spill_runs: u64,
-    /// Spill files created.
-    pub(crate) spill_files: u64,
-    /// Time writers waited for memory.
-    pub(crate) write_wait: Duration,
-}
-
-impl From<&Metrics> for BufferFigures {
-    fn from(m: &Metrics) -> Self {
-        BufferFigures {
-            peak_reserved: m.peak_reserved as u64,
-            bytes_spilled: m.bytes_spilled,
-            bytes_on_disk: m.bytes_on_disk,
-            bytes_written_to_disk: m.bytes_written_to_disk,
-            spill_runs: m.spill_runs,
-            spill_files: m.spill_files,
-            write_wait: m.write_wait,
-        }
-    }
 }
 
 /// A handle on the shuffle buffer, shared by every thread.
@@ -133,15 +99,14 @@ impl Buffer {
         self.inner.read(partition).map_err(|e| self.error(&e))
     }
 
-    /// The figures so far.
-    pub(crate) fn figures(&self) -> BufferFigures {
-        BufferFigures::from(&self.inner.metrics())
+    /// The buffer's figures so far.
+    pub(crate) fn metrics(&self) -> Metrics {
+        self.inner.metrics()
     }
 
     /// Shuts the buffer down (removing its spill files); the final figures.
-    pub(crate) fn close(&self) -> Result<BufferFigures, CliError> {
-        let metrics = self.inner.close().map_err(|e| self.error(&e))?;
-        Ok(BufferFigures::from(&metrics))
+    pub(crate) fn close(&self) -> Result<Metrics, CliError> {
+        self.inner.close().map_err(|e| self.error(&e))
     }
 
     /// The buffer's error, with advice where the command line can help.

@@ -76,7 +76,7 @@ pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
     let shuffled = shuffled?.into_iter().fold(InTimes::default(), InTimes::add);
     buffer.finish()?;
     // Spill files only go away as partitions are read, so the disk is fullest now.
-    let on_disk_at_finish = buffer.figures().bytes_on_disk;
+    let on_disk_at_finish = buffer.metrics().bytes_on_disk;
     let read_stats = stream.stats();
 
     // Phase 2: buffer -> partitions read back -> output files.
@@ -115,7 +115,7 @@ pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
     if let Some(output) = output {
         output.commit()?;
     }
-    let figures = buffer.close()?;
+    let metrics = buffer.close()?;
 
     Ok(Report {
         rows_in: read_stats.rows,
@@ -125,12 +125,12 @@ pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
         input_files: inputs.files.len(),
         bytes_in: read_stats.bytes,
         memory_limit: args.memory_limit,
-        peak_reserved: figures.peak_reserved,
-        bytes_spilled: figures.bytes_spilled,
-        bytes_on_disk: figures.bytes_on_disk.max(on_disk_at_finish),
-        bytes_written_to_disk: figures.bytes_written_to_disk,
-        spill_runs: figures.spill_runs,
-        spill_files: figures.spill_files,
+        peak_reserved: metrics.peak_reserved as u64,
+        bytes_spilled: metrics.bytes_spilled,
+        bytes_on_disk: metrics.bytes_on_disk.max(on_disk_at_finish),
+        bytes_written_to_disk: metrics.bytes_written_to_disk,
+        spill_runs: metrics.spill_runs,
+        spill_files: metrics.spill_files,
         peak_rss: peak_rss(),
         threads,
         output: args.output.as_ref().map(|d| d.display().to_string()),
@@ -139,7 +139,7 @@ pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
         read_input_s: seconds(read_stats.time),
         partition_s: seconds(shuffled.partition),
         write_s: seconds(shuffled.write),
-        write_wait_s: seconds(figures.write_wait),
+        write_wait_s: seconds(metrics.write_wait),
         read_s: seconds(out.read),
         output_s: seconds(out.output),
         verify_s: seconds(out.verify),
@@ -233,7 +233,7 @@ fn shuffle_in(
         progress.advance(batch.num_rows() as u64);
         batches += 1;
         if progress.is_shown() && batches.is_multiple_of(16) {
-            progress.spilled(buffer.figures().bytes_spilled);
+            progress.spilled(buffer.metrics().bytes_spilled);
         }
     }
     Ok(times)
