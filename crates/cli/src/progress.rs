@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use bytesize::ByteSize;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 /// A progress display shared by all threads (cloning shares it).
 #[derive(Debug, Clone)]
@@ -45,14 +45,20 @@ impl Progress {
         let Some(bar) = &self.bar else { return };
         let template = match total {
             Some(_) => format!(
-                "{{prefix:>9}} {{elapsed_precise}} [{{wide_bar}}] {{human_pos}}/{{human_len}} {unit} ({{per_sec}}) {{msg}}"
+                "{{prefix:>9}} {{elapsed_precise}} [{{wide_bar}}] {{human_pos}}/{{human_len}} {unit} ({{rate}}) {{msg}}"
             ),
             None => format!(
-                "{{prefix:>9}} {{elapsed_precise}} {{spinner}} {{human_pos}} {unit} ({{per_sec}}) {{msg}}"
+                "{{prefix:>9}} {{elapsed_precise}} {{spinner}} {{human_pos}} {unit} ({{rate}}) {{msg}}"
             ),
         };
         if let Ok(style) = ProgressStyle::with_template(&template) {
-            bar.set_style(style.progress_chars("=> "));
+            let style = style.progress_chars("=> ").with_key(
+                "rate",
+                |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0}/s", state.per_sec());
+                },
+            );
+            bar.set_style(style);
         }
         bar.reset();
         bar.set_prefix(name);

@@ -213,7 +213,6 @@ fn shuffle_in(
     progress: &Progress,
 ) -> Result<InTimes, CliError> {
     let mut times = InTimes::default();
-    let mut batches = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let batch = stream
             .lock()
@@ -231,8 +230,7 @@ fn shuffle_in(
         }
         times.write += t.elapsed();
         progress.advance(batch.num_rows() as u64);
-        batches += 1;
-        if progress.is_shown() && batches.is_multiple_of(16) {
+        if progress.is_shown() {
             progress.spilled(buffer.metrics().bytes_spilled);
         }
     }

@@ -116,10 +116,11 @@ impl Report {
             (
                 "spilled",
                 format!(
-                    "{} in {} runs, {} files, {} on disk at most",
+                    "{} in {} runs, {} files ({} written, {} on disk when the input ended)",
                     bytes(self.bytes_spilled),
                     self.spill_runs,
                     self.spill_files,
+                    bytes(self.bytes_written_to_disk),
                     bytes(self.bytes_on_disk)
                 ),
             ),
