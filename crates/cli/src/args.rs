@@ -1,0 +1,239 @@
+//! The command line: `shuffle` and `gen`, their flags, and the parsers for sizes.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Shuffle parquet or Arrow IPC files into hash partitions through an arrow-shards buffer.
+///
+/// Rows are hashed on the key columns and written as typed shards into a memory-first buffer
+/// that spills to disk when it runs out of its memory limit; each partition is then read back
+/// exactly once and written as one output file.
+#[derive(Debug, Parser)]
+#[command(name = "arrow-shards", version, about, long_about)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Hash-partition the rows of INPUT... on the key columns into N partitions.
+    ///
+    /// Reads the inputs as a stream of batches, hashes each row's key, writes one shard per
+    /// partition per input batch into the buffer, then reads every partition back (and, with
+    /// --output, writes DIR/part-00000.parquet ... one file per partition, empty partitions
+    /// included). Without --output the partitions are only read and counted: the benchmark mode.
+    ///
+    /// The partition of a row is a 64-bit hash of its key mod N: FNV-1a over a canonical
+    /// little-endian encoding of each key value (integers widened to 64 bits; equal strings hash
+    /// equally as Utf8, LargeUtf8, Utf8View or dictionary values), folded over the key columns
+    /// with the MurmurHash3 finalizer. It is the same on every run and platform (see the
+    /// `hash` module of arrow-shards-cli). Rows whose key columns are all null go to partition 0.
+    Shuffle(ShuffleArgs),
+    /// Generate test data.
+    Gen(GenArgs),
+}
+
+/// Flags of `arrow-shards shuffle`.
+#[derive(Debug, Args)]
+pub(crate) struct ShuffleArgs {
+    /// Parquet files, Arrow IPC files (file or stream format), or directories of them.
+    ///
+    /// A directory contributes its files ending in .parquet, .arrow, .arrows, .ipc or .feather
+    /// (not its subdirectories, not hidden files), in name order. All inputs must share a schema.
+    #[arg(required = true, value_name = "INPUT")]
+    pub(crate) inputs: Vec<PathBuf>,
+
+    /// Key columns, comma separated; rows with equal keys land in the same partition.
+    #[arg(
+        long,
+        short,
+        required = true,
+        value_delimiter = ',',
+        value_name = "COL[,COL...]"
+    )]
+    pub(crate) key: Vec<String>,
+
+    /// Number of output partitions.
+    #[arg(long, short, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) partitions: u32,
+
+    /// Write one file per partition into DIR (created if missing).
+    ///
+    /// Files are written as DIR/.part-00000.parquet.tmp and renamed to DIR/part-00000.parquet
+    /// only once every partition is complete (and verified, with --verify); on failure the
+    /// temporary files are removed. Older part-NNNNN files in DIR are replaced.
+    #[arg(long, short, value_name = "DIR")]
+    pub(crate) output: Option<PathBuf>,
+
+    /// Memory the buffer may hold, e.g. 64MiB, 1GB, 500000 (bytes); it spills its largest
+    /// partitions from 80% of it. Default: unlimited (nothing is ever spilled).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) memory_limit: Option<u64>,
+
+    /// Directory under which the buffer makes its private spill directory (removed at the
+    /// end, also after a failure). Default: the system temp directory.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_spill")]
+    pub(crate) spill_dir: Option<PathBuf>,
+
+    /// Never spill: the whole input must fit in --memory-limit, or the run fails.
+    #[arg(long)]
+    pub(crate) no_spill: bool,
+
+    /// Compression of spilled data.
+    #[arg(long, value_enum, default_value_t = CompressionArg::None)]
+    pub(crate) compression: CompressionArg,
+
+    /// Rows per batch, for reading the inputs and for reading partitions back.
+    #[arg(long, value_name = "N", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) batch_rows: u32,
+
+    /// Format of the output files.
+    #[arg(long, value_enum, default_value_t = FormatArg::Parquet)]
+    pub(crate) format: FormatArg,
+
+    /// Threads that partition input batches (and read partitions back). Default: the number of
+    /// cores.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) threads: Option<u32>,
+
+    /// Print one JSON object with the figures of the run on stdout, instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Check that rows in == rows out and that every key sits in exactly one partition.
+    #[arg(long)]
+    pub(crate) verify: bool,
+
+    /// No progress bar and no summary table (errors and --json still print).
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+}
+
+/// `--compression`: how the buffer compresses what it spills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CompressionArg {
+    /// No compression (fastest here: compression is slower than this disk).
+    None,
+    /// LZ4 frame compression.
+    Lz4,
+    /// Zstandard, level 1.
+    Zstd,
+}
+
+/// `--format`: the output file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum FormatArg {
+    /// Parquet, snappy compressed: DIR/part-00000.parquet.
+    Parquet,
+    /// Arrow IPC file format, uncompressed: DIR/part-00000.arrow. A dictionary column must keep
+    /// one dictionary per partition (the IPC file format cannot replace it); use arrow-stream or
+    /// parquet for dictionaries that change from batch to batch.
+    Arrow,
+    /// Arrow IPC stream format, uncompressed: DIR/part-00000.arrows. Allows any dictionaries.
+    ArrowStream,
+}
+
+impl FormatArg {
+    /// The file extension, without the dot.
+    pub(crate) fn extension(self) -> &'static str {
+        match self {
+            FormatArg::Parquet => "parquet",
+            FormatArg::Arrow => "arrow",
+            FormatArg::ArrowStream => "arrows",
+        }
+    }
+}
+
+/// Flags of `arrow-shards gen`.
+#[derive(Debug, Args)]
+pub(crate) struct GenArgs {
+    /// The table to generate.
+    #[arg(value_enum)]
+    pub(crate) table: GenTable,
+
+    /// TPC-H scale factor (1 gives about 6 million lineitem rows).
+    #[arg(long, short, value_name = "SF", value_parser = parse_scale)]
+    pub(crate) scale: f64,
+
+    /// The parquet file to write (zstd compressed; written to a temporary name, then renamed).
+    #[arg(long, short, value_name = "FILE")]
+    pub(crate) output: PathBuf,
+}
+
+/// Tables `gen` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum GenTable {
+    /// TPC-H lineitem, generated by tpchgen-arrow: Int64 keys, Decimal128, Date32, Utf8View.
+    Lineitem,
+}
+
+/// Parses a human size such as `64MiB`, `1GB`, `1.5 GiB` or `4096` (bytes) with bytesize.
+///
+/// `KB`, `MB`, `GB` are powers of 1000; `KiB`, `MiB`, `GiB` powers of 1024. Zero is refused:
+/// a buffer that may hold nothing cannot make progress.
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("empty size; expected e.g. 64MiB or 1GB".to_owned());
+    }
+    let size: bytesize::ByteSize = trimmed
+        .parse()
+        .map_err(|e| format!("not a size ({e}); expected e.g. 64MiB or 1GB"))?;
+    if size.as_u64() == 0 {
+        return Err("the size must be greater than zero".to_owned());
+    }
+    Ok(size.as_u64())
+}
+
+fn parse_scale(text: &str) -> Result<f64, String> {
+    let scale: f64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("not a number ({e})"))?;
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err("the scale factor must be a positive number".to_owned());
+    }
+    Ok(scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_in_binary_and_decimal_units() {
+        assert_eq!(parse_size("64MiB"), Ok(64 * 1024 * 1024));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("1.5 KiB"), Ok(1536));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size(" 2kb "), Ok(2000));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused() {
+        for bad in ["", "  ", "lots", "12XB", "-5MiB", "0", "0MiB", "MiB"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn scale_must_be_positive() {
+        assert_eq!(parse_scale("0.01"), Ok(0.01));
+        assert!(parse_scale("0").is_err());
+        assert!(parse_scale("-1").is_err());
+        assert!(parse_scale("nan").is_err());
+        assert!(parse_scale("x").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

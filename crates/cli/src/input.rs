@@ -1,0 +1,333 @@
+//! The inputs: finding the files, checking they share a schema, and reading them as one stream
+//! of batches of at most `--batch-rows` rows (a file is never held in memory whole).
+//!
+//! A file's format is recognised by its first bytes: `PAR1` is parquet, `ARROW1` an Arrow IPC
+//! file; anything else is tried as an Arrow IPC stream. The extension does not matter for a file
+//! named on the command line; in a directory, only files ending in .parquet, .arrow, .arrows,
+//! .ipc or .feather are taken (hidden files, such as our own `.part-*.tmp`, are skipped).
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{RecordBatch, RecordBatchOptions};
+use arrow_ipc::reader::{FileReader, StreamReader};
+use arrow_schema::{ArrowError, Field, Schema, SchemaRef};
+use arrow_shards_memory::sizing::batch_memory_size;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::error::CliError;
+
+/// Extensions a directory's files must have to be read.
+const INPUT_EXTENSIONS: [&str; 5] = ["parquet", "arrow", "arrows", "ipc", "feather"];
+
+/// How an input file is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// Parquet.
+    Parquet,
+    /// Arrow IPC file format (`ARROW1` ... footer).
+    ArrowFile,
+    /// Arrow IPC stream format.
+    ArrowStream,
+}
+
+/// One input file, recognised and with its schema read.
+#[derive(Debug, Clone)]
+pub(crate) struct InputFile {
+    /// Where it is.
+    pub(crate) path: PathBuf,
+    /// How it is encoded.
+    pub(crate) format: Format,
+    /// Its row count, when the format states it up front (parquet).
+    pub(crate) rows: Option<u64>,
+}
+
+/// All inputs, in order, and the schema they share.
+#[derive(Debug)]
+pub(crate) struct Inputs {
+    /// The files, in command-line order, each directory's files in name order.
+    pub(crate) files: Vec<InputFile>,
+    /// The shared schema: the first file's fields, nullable where any file's is, no metadata.
+    pub(crate) schema: SchemaRef,
+}
+
+impl Inputs {
+    /// Finds and recognises the files named by `paths`, and checks their schemas agree.
+    pub(crate) fn open(paths: &[PathBuf]) -> Result<Self, CliError> {
+        let mut files = Vec::new();
+        let mut schemas = Vec::new();
+        for path in expand(paths)? {
+            let (file, schema) = recognise(&path)?;
+            files.push(file);
+            schemas.push(schema);
+        }
+        let schema = shared_schema(&files, &schemas)?;
+        Ok(Inputs { files, schema })
+    }
+
+    /// The total row count, when every file states it.
+    pub(crate) fn total_rows(&self) -> Option<u64> {
+        self.files.iter().map(|f| f.rows).sum()
+    }
+
+    /// A stream over the batches of all files, at most `batch_rows` rows each.
+    pub(crate) fn batches(&self, batch_rows: usize) -> BatchStream {
+        BatchStream {
+            files: self.files.clone(),
+            next_file: 0,
+            current: None,
+            pending: None,
+            schema: self.schema.clone(),
+            batch_rows: batch_rows.max(1),
+            stats: ReadStats::default(),
+        }
+    }
+}
+
+/// Directories replaced by their input files; plain paths checked to exist.
+fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
+    let unreadable = |path: &Path| {
+        let path = path.to_owned();
+        move |source| CliError::InputUnreadable { path, source }
+    };
+    let mut out = Vec::new();
+    for path in paths {
+        let meta = std::fs::metadata(path).map_err(unreadable(path))?;
+        if !meta.is_dir() {
+            out.push(path.clone());
+            continue;
+        }
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(unreadable(path))? {
+            let entry = entry.map_err(unreadable(path))?;
+            let entry_path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let wanted = !name.starts_with('.')
+                && entry_path
+                    .extension()
+                    .is_some_and(|e| INPUT_EXTENSIONS.iter().any(|w| e.eq_ignore_ascii_case(w)))
+                && entry_path.is_file();
+            if wanted {
+                found.push(entry_path);
+            }
+        }
+        if found.is_empty() {
+            return Err(CliError::EmptyDirectory { path: path.clone() });
+        }
+        found.sort();
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+/// Recognises the format of `path` by its first bytes and reads its schema.
+fn recognise(path: &Path) -> Result<(InputFile, SchemaRef), CliError> {
+    let unreadable = |source| CliError::InputUnreadable {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = File::open(path).map_err(unreadable)?;
+    let mut magic = [0u8; 6];
+    let mut got = 0;
+    while got < magic.len() {
+        match file.read(&mut magic[got..]).map_err(unreadable)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    let file = File::open(path).map_err(unreadable)?;
+    let magic = &magic[..got];
+    let input = |format, rows| InputFile {
+        path: path.to_owned(),
+        format,
+        rows,
+    };
+    if magic.starts_with(b"PAR1") {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| CliError::decode(path, e))?;
+        let rows = u64::try_from(builder.metadata().file_metadata().num_rows()).ok();
+        let schema = builder.schema().clone();
+        return Ok((input(Format::Parquet, rows), schema));
+    }
+    if magic == b"ARROW1" {
+        let reader = FileReader::try_new(BufReader::new(file), None)
+            .map_err(|e| CliError::decode(path, e))?;
+        return Ok((input(Format::ArrowFile, None), reader.schema()));
+    }
+    if magic.is_empty() {
+        return Err(CliError::NotArrowData {
+            path: path.to_owned(),
+            reason: "the file is empty".into(),
+        });
+    }
+    // The stream decoder's own message ("expected 1936287860 metadata bytes") would only confuse.
+    match StreamReader::try_new(BufReader::new(file), None) {
+        Ok(reader) => Ok((input(Format::ArrowStream, None), reader.schema())),
+        Err(_) => Err(CliError::NotArrowData {
+            path: path.to_owned(),
+            reason: "it has neither magic bytes and does not decode as an Arrow stream".into(),
+        }),
+    }
+}
+
+/// The schema all files share, or the first difference.
+fn shared_schema(files: &[InputFile], schemas: &[SchemaRef]) -> Result<SchemaRef, CliError> {
+    let (Some(first), Some(first_file)) = (schemas.first(), files.first()) else {
+        // clap requires at least one input and empty directories are refused
+        return Err(CliError::Internal("no input files".into()));
+    };
+    let mut fields: Vec<Field> = first
+        .fields()
+        .iter()
+        .map(|f| {
+            f.as_ref()
+                .clone()
+                .with_metadata(std::collections::HashMap::new())
+        })
+        .collect();
+    for (file, schema) in files.iter().zip(schemas).skip(1) {
+        let mismatch = |detail: String| CliError::SchemaMismatch {
+            path: file.path.clone(),
+            first: first_file.path.clone(),
+            detail,
+        };
+        if schema.fields().len() != fields.len() {
+            return Err(mismatch(format!(
+                "{} columns instead of {}",
+                schema.fields().len(),
+                fields.len()
+            )));
+        }
+        for (index, (ours, theirs)) in fields.iter_mut().zip(schema.fields()).enumerate() {
+            if ours.name() != theirs.name() || ours.data_type() != theirs.data_type() {
+                return Err(mismatch(format!(
+                    "column {index} is {}: {} instead of {}: {}",
+                    theirs.name(),
+                    theirs.data_type(),
+                    ours.name(),
+                    ours.data_type()
+                )));
+            }
+            if theirs.is_nullable() && !ours.is_nullable() {
+                ours.set_nullable(true);
+            }
+        }
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// What reading the inputs has cost so far.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ReadStats {
+    /// Rows handed out.
+    pub(crate) rows: u64,
+    /// Arrow in-memory bytes of the decoded batches (each decoded batch counted once, by
+    /// distinct allocation, however it is sliced).
+    pub(crate) bytes: u64,
+    /// Time spent opening and decoding.
+    pub(crate) time: Duration,
+    /// Files fully read.
+    pub(crate) files_done: usize,
+}
+
+type BatchIter = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
+
+/// The batches of every input in order, sliced to at most `batch_rows` rows, each with the
+/// shared schema.
+pub(crate) struct BatchStream {
+    files: Vec<InputFile>,
+    next_file: usize,
+    current: Option<(PathBuf, BatchIter)>,
+    /// The rest of a decoded batch larger than `batch_rows`.
+    pending: Option<RecordBatch>,
+    schema: SchemaRef,
+    batch_rows: usize,
+    stats: ReadStats,
+}
+
+impl BatchStream {
+    /// The next batch, or `None` at the end of the last input.
+    pub(crate) fn next_batch(&mut self) -> Result<Option<RecordBatch>, CliError> {
+        let started = Instant::now();
+        let result = self.next_inner();
+        self.stats.time += started.elapsed();
+        if let Ok(Some(batch)) = &result {
+            self.stats.rows += batch.num_rows() as u64;
+        }
+        result
+    }
+
+    /// What reading has cost so far.
+    pub(crate) fn stats(&self) -> ReadStats {
+        self.stats
+    }
+
+    fn next_inner(&mut self) -> Result<Option<RecordBatch>, CliError> {
+        loop {
+            if let Some(batch) = self.pending.take() {
+                if batch.num_rows() > self.batch_rows {
+                    self.pending =
+                        Some(batch.slice(self.batch_rows, batch.num_rows() - self.batch_rows));
+                    return Ok(Some(batch.slice(0, self.batch_rows)));
+                }
+                return Ok(Some(batch));
+            }
+            if self.current.is_none() {
+                let Some(file) = self.files.get(self.next_file) else {
+                    return Ok(None);
+                };
+                self.next_file += 1;
+                self.current = Some((file.path.clone(), open_batches(file, self.batch_rows)?));
+            }
+            let Some((path, batches)) = self.current.as_mut() else {
+                continue;
+            };
+            match batches.next() {
+                None => {
+                    self.current = None;
+                    self.stats.files_done += 1;
+                }
+                Some(Err(e)) => return Err(CliError::decode(path, e)),
+                Some(Ok(batch)) if batch.num_rows() == 0 => {}
+                Some(Ok(batch)) => {
+                    self.stats.bytes += batch_memory_size(&batch) as u64;
+                    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                    let batch = RecordBatch::try_new_with_options(
+                        self.schema.clone(),
+                        batch.columns().to_vec(),
+                        &options,
+                    )
+                    .map_err(|e| CliError::decode(path, e))?;
+                    self.pending = Some(batch);
+                }
+            }
+        }
+    }
+}
+
+fn open_batches(file: &InputFile, batch_rows: usize) -> Result<BatchIter, CliError> {
+    let path = &file.path;
+    let handle = File::open(path).map_err(|source| CliError::InputUnreadable {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(match file.format {
+        Format::Parquet => Box::new(
+            ParquetRecordBatchReaderBuilder::try_new(handle)
+                .and_then(|b| b.with_batch_size(batch_rows).build())
+                .map_err(|e| CliError::decode(path, e))?,
+        ),
+        Format::ArrowFile => Box::new(
+            FileReader::try_new(BufReader::new(handle), None)
+                .map_err(|e| CliError::decode(path, e))?,
+        ),
+        Format::ArrowStream => Box::new(
+            StreamReader::try_new(BufReader::new(handle), None)
+                .map_err(|e| CliError::decode(path, e))?,
+        ),
+    })
+}

@@ -1,0 +1,9 @@
+//! Integration tests of the `arrow-shards` binary: each test runs the built command on the
+//! committed fixtures (`testdata/`) or on small inputs it writes itself, and checks the files
+//! and figures it produces.
+
+mod errors;
+mod r#gen;
+mod inputs;
+mod shuffle;
+mod util;
