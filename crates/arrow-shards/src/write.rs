@@ -49,7 +49,6 @@ impl ShardBuffer {
     /// reservation: a batch waiting for memory is simply not inserted, but an oversized batch
     /// already handed to the spiller (see [`ShardBufferBuilder`](crate::ShardBufferBuilder)) may
     /// still land on disk, whole, after the future is gone.
-
     pub async fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
         let mut stored = match self.prepare(partition, batch)? {
             Plan::Nothing => return Ok(()),
