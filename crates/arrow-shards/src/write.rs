@@ -17,6 +17,7 @@ use arrow_array::RecordBatch;
 use arrow_shards_memory::sizing::batch_allocations;
 
 use crate::schema_check::conform;
+use crate::spiller::NeedGuard;
 use crate::state::Stored;
 use crate::{Error, ShardBuffer, WriteError};
 
@@ -60,6 +61,7 @@ impl ShardBuffer {
             .config
             .write_timeout
             .map(|t| tokio::time::Instant::now() + t);
+        let mut need = None;
         loop {
             let notified = self.shared.pool.release_signal().notified();
             let mut notified = std::pin::pin!(notified);
@@ -70,7 +72,7 @@ impl ShardBuffer {
                     error,
                     needed,
                     stored,
-                } => match self.may_wait(error, needed) {
+                } => match self.may_wait(error, needed, &mut need) {
                     Ok(()) => stored,
                     Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
                 },
@@ -102,6 +104,7 @@ impl ShardBuffer {
         };
         let deadline = self.shared.config.write_timeout.map(|t| Instant::now() + t);
         let signal = self.shared.pool.release_signal();
+        let mut need = None;
         loop {
             let epoch = signal.epoch();
             stored = match self.attempt(partition, stored)? {
@@ -110,7 +113,7 @@ impl ShardBuffer {
                     error,
                     needed,
                     stored,
-                } => match self.may_wait(error, needed) {
+                } => match self.may_wait(error, needed, &mut need) {
                     Ok(()) => stored,
                     Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
                 },
@@ -181,13 +184,21 @@ impl ShardBuffer {
 
     /// Whether a write refused for memory may wait: with spilling, after waking the spiller,
     /// unless spilling has failed; without, only with a write timeout.
-    fn may_wait(&self, error: Error, needed: usize) -> Result<(), Error> {
+    /// While it waits, the writer's need is counted in `need` so that the spiller frees room for
+    /// it even below the threshold.
+    fn may_wait<'a>(
+        &'a self,
+        error: Error,
+        needed: usize,
+        need: &mut Option<NeedGuard<'a>>,
+    ) -> Result<(), Error> {
         match (&self.spiller, &self.shared.spill) {
             (Some(spiller), Some(side)) => {
                 if let Some(failed) = self.shared.lock().spill_error.clone() {
                     return Err(Error::Spill(failed));
                 }
-                spiller.wake(side, needed);
+                need.get_or_insert_with(|| NeedGuard::new(side, needed));
+                spiller.wake(side);
                 Ok(())
             }
             _ if self.shared.config.write_timeout.is_some() => Ok(()),
@@ -199,20 +210,16 @@ impl ShardBuffer {
         if let (Some(spiller), Some(side)) = (&self.spiller, &self.shared.spill)
             && self.shared.pool.reserved() >= side.config.threshold_bytes
         {
-            spiller.wake(side, 0);
+            spiller.wake(side);
         }
     }
 
     fn last_try(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
         match self.attempt(partition, stored)? {
             Attempt::Done => Ok(()),
-            Attempt::Full {
-                error,
-                needed,
-                stored,
-            } => {
+            Attempt::Full { error, stored, .. } => {
                 if let (Some(spiller), Some(side)) = (&self.spiller, &self.shared.spill) {
-                    spiller.wake(side, needed);
+                    spiller.wake(side);
                 }
                 Err(WriteError::new(partition, error, stored.batch))
             }

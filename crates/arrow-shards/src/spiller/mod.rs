@@ -47,8 +47,31 @@ pub(crate) struct SpillSide {
     pub(crate) dir: Arc<SpillDir>,
     pub(crate) config: SpillConfig,
     wake_pending: AtomicBool,
-    /// The largest `needed` of writers that did not fit since the last round.
-    pending_need: AtomicUsize,
+    /// What the writers waiting for room right now need, in total (see [`NeedGuard`]). A gauge,
+    /// not a last value: a writer that fit or gave up no longer counts.
+    waiting_need: AtomicUsize,
+}
+
+/// Counts a waiting writer's need in [`SpillSide`] until the write returns or is dropped.
+#[derive(Debug)]
+pub(crate) struct NeedGuard<'a> {
+    side: &'a SpillSide,
+    bytes: usize,
+}
+
+impl<'a> NeedGuard<'a> {
+    pub(crate) fn new(side: &'a SpillSide, bytes: usize) -> Self {
+        side.waiting_need.fetch_add(bytes, Ordering::AcqRel);
+        Self { side, bytes }
+    }
+}
+
+impl Drop for NeedGuard<'_> {
+    fn drop(&mut self) {
+        self.side
+            .waiting_need
+            .fetch_sub(self.bytes, Ordering::AcqRel);
+    }
 }
 
 impl SpillSide {
@@ -57,7 +80,7 @@ impl SpillSide {
             dir,
             config,
             wake_pending: AtomicBool::new(false),
-            pending_need: AtomicUsize::new(0),
+            waiting_need: AtomicUsize::new(0),
         }
     }
 }
@@ -92,9 +115,8 @@ impl Spiller {
         })
     }
 
-    /// Asks for a round if none is pending; `needed` is what a refused writer needs.
-    pub(crate) fn wake(&self, side: &SpillSide, needed: usize) {
-        side.pending_need.fetch_max(needed, Ordering::AcqRel);
+    /// Asks for a round if none is pending.
+    pub(crate) fn wake(&self, side: &SpillSide) {
         if !side.wake_pending.swap(true, Ordering::AcqRel) {
             // The receiver lives until `stop`; a send after it fails harmlessly.
             let _ = self.jobs.send(Job::Wake);
@@ -153,7 +175,10 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
         match job {
             Job::Wake => {
                 side.wake_pending.store(false, Ordering::Release);
-                while round(shared, side) {}
+                let mut first = true;
+                while round(shared, side, first) {
+                    first = false;
+                }
             }
             Job::Direct {
                 partition,
@@ -169,19 +194,25 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
     }
 }
 
-/// One spill round; `true` if it freed memory and another round may be needed.
-fn round(shared: &Shared, side: &SpillSide) -> bool {
+/// One spill round; `true` if it freed memory and another round may be needed. The `first`
+/// round after a wake starts only if the pool is still at the threshold or a writer still has
+/// no room (a charge that woke the spiller may be gone, e.g. an oversized batch that has since
+/// reached disk); later rounds continue down to the target.
+fn round(shared: &Shared, side: &SpillSide, first: bool) -> bool {
     let limit = shared.pool.limit().unwrap_or(usize::MAX);
-    let need = side.pending_need.swap(0, Ordering::AcqRel);
+    let need = side.waiting_need.load(Ordering::Acquire);
+
     let goal = side.config.target_bytes.min(limit.saturating_sub(need));
     let reserved = shared.pool.reserved();
-    if reserved <= goal && need == 0 {
+    // A writer's `need` may be stale (it may have fit since, e.g. once an oversized batch's
+    // direct write released its charge): room for it now means nothing to spill. Otherwise
+    // freeing `reserved - goal` leaves room for the need, since `goal <= limit - need`.
+    if reserved <= goal || (first && need == 0 && reserved < side.config.threshold_bytes) {
         return false;
     }
-    let want = reserved
-        .saturating_sub(goal)
-        .max(need)
-        .min(side.config.max_round_bytes);
+
+    let want = (reserved - goal).min(side.config.max_round_bytes);
+
     let (ticket, chosen) = {
         let mut state = shared.lock();
         if state.spill_error.is_some() || state.closed {
