@@ -294,6 +294,29 @@ impl State {
         Vec::new()
     }
 
+    /// Adds an oversized batch that the spiller wrote to disk on its own (`rows`, `size` its
+    /// own) to `partition`, after whatever it holds now; refuses it, handing the segments back
+    /// to be dropped after unlock, if the partition can no longer be written.
+    pub(crate) fn land_direct(
+        &mut self,
+        partition: u32,
+        segments: Vec<SegmentRef>,
+        rows: usize,
+        size: usize,
+    ) -> Result<(), (Error, Vec<SegmentRef>)> {
+        if let Err(e) = self.check_writable(partition) {
+            return Err((e, segments));
+        }
+        self.partitions[partition as usize]
+            .segments
+            .extend(segments);
+        self.batches_written += 1;
+        self.rows_written += rows as u64;
+        self.bytes_written += size as u64;
+        self.bytes_spilled += size as u64;
+        Ok(())
+    }
+
     /// Undoes a failed spill of `partition`: its batches simply stay in memory.
     pub(crate) fn abort_spill(&mut self, partition: u32, ticket: u64) {
         let p = &mut self.partitions[partition as usize];

@@ -17,7 +17,7 @@ use arrow_array::RecordBatch;
 use arrow_shards_memory::sizing::batch_allocations;
 
 use crate::schema_check::conform;
-use crate::spiller::NeedGuard;
+use crate::spiller::{Landed, NeedGuard};
 use crate::state::Stored;
 use crate::{Error, ShardBuffer, WriteError};
 
@@ -46,10 +46,12 @@ impl ShardBuffer {
     /// Writes `batch` to `partition`, waiting without blocking the runtime thread while memory
     /// is full (for the spiller, or up to `with_write_timeout`).
     ///
-    /// Dropping the future while it waits inserts the batch whole or not at all and leaks no
-    /// reservation: a batch waiting for memory is simply not inserted, but an oversized batch
-    /// already handed to the spiller (see [`ShardBufferBuilder`](crate::ShardBufferBuilder)) may
-    /// still land on disk, whole, after the future is gone.
+    /// Cancel-safe: dropping the future before it completes leaves the batch out of the buffer
+    /// and leaks no reservation. A batch waiting for memory is simply not inserted; an oversized
+    /// batch being written to disk by the spiller (see
+    /// [`ShardBufferBuilder`](crate::ShardBufferBuilder)) joins its partition only when this
+    /// future commits it, so its segment is dropped instead. The batch is in the buffer exactly
+    /// when the future returned `Ok`.
     pub async fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
         let mut stored = match self.prepare(partition, batch)? {
             Plan::Nothing => return Ok(()),
@@ -231,11 +233,12 @@ impl ShardBuffer {
             .spiller
             .as_ref()
             .expect("Plan::Disk only with a spiller");
-        let keep = stored.batch.clone();
+        let (keep, size) = (stored.batch.clone(), stored.size);
         let reply = spiller.direct(partition, stored)?;
-        reply
-            .blocking_recv()
-            .unwrap_or_else(|_| Err(WriteError::new(partition, self.spiller_gone(), keep)))
+        match reply.blocking_recv() {
+            Ok(landed) => self.land(partition, landed?, keep, size),
+            Err(_) => Err(WriteError::new(partition, self.spiller_gone(), keep)),
+        }
     }
 
     async fn write_direct_async(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
@@ -243,11 +246,34 @@ impl ShardBuffer {
             .spiller
             .as_ref()
             .expect("Plan::Disk only with a spiller");
-        let keep = stored.batch.clone();
+        let (keep, size) = (stored.batch.clone(), stored.size);
         let reply = spiller.direct(partition, stored)?;
-        reply
-            .await
-            .unwrap_or_else(|_| Err(WriteError::new(partition, self.spiller_gone(), keep)))
+        // Dropping the future here drops the reply, and with it the landed segments.
+        match reply.await {
+            Ok(landed) => self.land(partition, landed?, keep, size),
+            Err(_) => Err(WriteError::new(partition, self.spiller_gone(), keep)),
+        }
+    }
+
+    /// Commits an oversized batch's segments, written by the spiller, to its partition.
+    fn land(
+        &self,
+        partition: u32,
+        segments: Landed,
+        batch: RecordBatch,
+        size: usize,
+    ) -> Result<(), WriteError> {
+        let result = self
+            .shared
+            .lock()
+            .land_direct(partition, segments, batch.num_rows(), size);
+        match result {
+            Ok(()) => Ok(()),
+            Err((error, segments)) => {
+                drop(segments);
+                Err(WriteError::new(partition, error, batch))
+            }
+        }
     }
 
     /// Why a direct write got no answer: the buffer was closed under it, or the spiller died.

@@ -5,7 +5,8 @@
 //! - `Wake` after a write that left the pool at or above the threshold, or a write that did not
 //!   fit (with the bytes it needs, so the round frees at least that much);
 //! - `Direct` for a batch larger than the whole limit: it is written to disk at once, after the
-//!   partition's batches in memory, so the partition's order holds;
+//!   partition's batches in memory (which the spiller commits), and its segments are sent back
+//!   for the *writer* to commit, so a write whose future was dropped never lands;
 //! - `Shutdown` from `close()` or the last handle's drop.
 //!
 //! # Locking
@@ -36,10 +37,14 @@ pub(crate) enum Job {
     Direct {
         partition: u32,
         stored: Stored,
-        reply: tokio::sync::oneshot::Sender<Result<(), WriteError>>,
+        reply: tokio::sync::oneshot::Sender<Result<Landed, WriteError>>,
     },
     Shutdown,
 }
+
+/// An oversized batch's segments on disk, not yet part of its partition: the writer commits
+/// them with [`State::land_direct`](crate::state::State::land_direct), or drops them.
+pub(crate) type Landed = Vec<SegmentRef>;
 
 /// The spill side of a buffer, shared by its handles, its readers and the spiller thread.
 #[derive(Debug)]
@@ -128,7 +133,7 @@ impl Spiller {
         &self,
         partition: u32,
         stored: Stored,
-    ) -> Result<tokio::sync::oneshot::Receiver<Result<(), WriteError>>, WriteError> {
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<Landed, WriteError>>, WriteError> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         match self.jobs.send(Job::Direct {
             partition,
@@ -186,7 +191,7 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
                 reply,
             } => {
                 // The writer may have gone (its future dropped): then the batch was never
-                // accepted, and dropping the result is right.
+                // accepted, and dropping the result (its segments) is right.
                 let _ = reply.send(direct(shared, side, partition, stored));
             }
             Job::Shutdown => return,
@@ -288,14 +293,15 @@ fn write_run(
         .collect())
 }
 
-/// Writes `stored` straight to disk after `partition`'s batches in memory.
+/// Writes `stored` straight to disk after `partition`'s batches in memory, in segments of its
+/// own; commits the batches from memory and returns the new batch's segments uncommitted.
 fn direct(
     shared: &Shared,
     side: &SpillSide,
     partition: u32,
     stored: Stored,
-) -> Result<(), WriteError> {
-    // Counted while in flight: the process holds it, even though it exceeds the limit.
+) -> Result<Landed, WriteError> {
+    // Counted while on its way to disk: the process holds it, even though it exceeds the limit.
     let mut in_flight = MemoryReservation::new(&shared.pool);
     in_flight.grow(stored.size);
     let start = {
@@ -309,7 +315,7 @@ fn direct(
             None => Ok(state.start_spill_of(partition)),
         }
     };
-    let (ticket, mut batches) = match start {
+    let (ticket, batches) = match start {
         Ok(Some(started)) => started,
         Ok(None) => {
             return Err(WriteError::new(
@@ -320,27 +326,32 @@ fn direct(
         }
         Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
     };
-    batches.push((stored.batch.clone(), stored.size));
-    let result = write_run(side, &[(partition, batches)]);
+    let mut chosen = Vec::with_capacity(2);
+    let from_memory = !batches.is_empty();
+    if from_memory {
+        chosen.push((partition, batches));
+    }
+    chosen.push((partition, vec![(stored.batch.clone(), stored.size)]));
+    let result = write_run(side, &chosen);
+    drop(chosen);
     let mut state = shared.lock();
     match result {
         Ok(mut segments) => {
-            let (_, segments) = segments.pop().expect("one entry per partition written");
-            let voided = state.commit_spill(partition, ticket, segments);
+            let (_, landed) = segments.pop().expect("the new batch's entry");
+            let memory = segments.pop().map(|(_, s)| s).unwrap_or_default();
+            let voided = state.commit_spill(partition, ticket, memory);
+            drop(state);
             if !voided.is_empty() {
-                drop(state);
-                drop(voided);
+                // A read took the partition while its batches were being written.
+                drop((voided, landed));
                 return Err(WriteError::new(
                     partition,
                     Error::Sealed { partition },
                     stored.batch,
                 ));
             }
-            state.batches_written += 1;
-            state.rows_written += stored.batch.num_rows() as u64;
-            state.bytes_written += stored.size as u64;
-            state.bytes_spilled += stored.size as u64;
-            Ok(())
+            // The charge goes with this function: the batch is on disk.
+            Ok(landed)
         }
         Err(error) => {
             state.abort_spill(partition, ticket);
