@@ -143,4 +143,22 @@ impl SegmentRef {
     pub fn read(&self) -> Result<Vec<RecordBatch>, SpillError> {
         crate::read::read_segment(&self.inner)
     }
+
+    /// Test support (feature `test-utils`): this segment's handle with another length and
+    /// checksum, as if the index had recorded them. Lets a test rewrite a segment with a valid
+    /// frame and CRC around other payload bytes, so the IPC decoder behind the checksum sees
+    /// them (the fuzz target `ipc_payload` does).
+    #[cfg(any(test, feature = "test-utils"))]
+    #[doc(hidden)]
+    pub fn reframed_for_testing(&self, len: u64, checksum: u32) -> SegmentRef {
+        SegmentRef {
+            inner: Arc::new(SegmentInner {
+                file: Arc::clone(&self.inner.file),
+                schema: Arc::clone(&self.inner.schema),
+                len,
+                checksum,
+                ..*self.inner
+            }),
+        }
+    }
 }

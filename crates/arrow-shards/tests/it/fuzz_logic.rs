@@ -37,7 +37,7 @@ pub(crate) struct DecodeTarget {
     original: Vec<u8>,
 }
 
-fn decode_schema() -> SchemaRef {
+pub(crate) fn decode_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),
@@ -51,7 +51,7 @@ fn decode_schema() -> SchemaRef {
     ]))
 }
 
-fn decode_batch(start: i64, rows: usize) -> RecordBatch {
+pub(crate) fn decode_batch(start: i64, rows: usize) -> RecordBatch {
     let ids = Int64Array::from_iter_values(start..start + rows as i64);
     let names: StringArray = (0..rows)
         .map(|i| (i % 7 != 0).then(|| format!("name-{}", start + i as i64)))
@@ -148,21 +148,28 @@ impl DecodeTarget {
                     );
                     intact += 1;
                 }
-                Err(SpillError::Corrupt {
-                    file,
-                    offset,
-                    partition,
-                    reason,
-                }) => {
-                    assert_eq!(file, self.file);
-                    assert_eq!(offset, segment.offset());
-                    assert_eq!(partition, segment.partition());
-                    assert!(!reason.is_empty());
-                }
-                Err(other) => panic!("bad bytes must be reported as corrupt, not as {other}"),
+                Err(error) => assert_corrupt(error, segment),
             }
         }
         intact
+    }
+}
+
+/// Asserts that reading `segment` failed as `Corrupt`, naming its file, offset and partition.
+pub(crate) fn assert_corrupt(error: SpillError, segment: &SegmentRef) {
+    match error {
+        SpillError::Corrupt {
+            file,
+            offset,
+            partition,
+            reason,
+        } => {
+            assert_eq!(file, segment.path());
+            assert_eq!(offset, segment.offset());
+            assert_eq!(partition, segment.partition());
+            assert!(!reason.is_empty());
+        }
+        other => panic!("bad bytes must be reported as corrupt, not as {other}"),
     }
 }
 

@@ -11,6 +11,7 @@ mod faults;
 mod file_safety;
 mod full_disk;
 mod fuzz_logic;
+mod fuzz_payload;
 mod fuzz_replay;
 mod harness;
 mod load;

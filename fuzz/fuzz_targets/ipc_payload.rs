@@ -1,0 +1,41 @@
+//! Untrusted bytes as the IPC payload of a validly framed and checksummed segment, so they reach
+//! arrow-ipc's decoder behind the CRC32C.
+//!
+//! The spill crate turns decoder panics into `Corrupt` errors with `catch_unwind`; libfuzzer-sys
+//! would abort on them (its panic hook), so this target installs a hook that prints each new
+//! panic location once instead. A panic that escapes the read still aborts the run: libfuzzer-sys
+//! catches it around the target.
+#![no_main]
+
+#[path = "../../crates/arrow-shards/tests/it/fuzz_logic.rs"]
+#[allow(dead_code)]
+mod fuzz_logic;
+#[path = "../../crates/arrow-shards/tests/it/fuzz_payload.rs"]
+#[allow(dead_code)]
+mod fuzz_payload;
+
+use std::collections::BTreeSet;
+use std::sync::{Mutex, OnceLock};
+
+use libfuzzer_sys::fuzz_target;
+
+static TARGET: OnceLock<fuzz_payload::PayloadTarget> = OnceLock::new();
+static PANICS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn init() -> fuzz_payload::PayloadTarget {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let mut seen = PANICS.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.insert(at.clone()) {
+            eprintln!("ipc_payload: panic #{} at {at}: {info}", seen.len());
+        }
+    }));
+    fuzz_payload::PayloadTarget::new()
+}
+
+fuzz_target!(|data: &[u8]| {
+    TARGET.get_or_init(init).run(data);
+});
