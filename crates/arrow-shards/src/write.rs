@@ -15,9 +15,10 @@ use std::time::Instant;
 
 use arrow_array::RecordBatch;
 use arrow_shards_memory::sizing::batch_allocations;
+use tokio::sync::oneshot::error::RecvError;
 
 use crate::schema_check::conform;
-use crate::spiller::{Landed, NeedGuard};
+use crate::spiller::{DirectReply, Landed, NeedGuard};
 use crate::state::Stored;
 use crate::{Error, ShardBuffer, WriteError};
 
@@ -68,16 +69,9 @@ impl ShardBuffer {
             let notified = self.shared.pool.release_signal().notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            stored = match self.attempt(partition, stored)? {
-                Attempt::Done => return Ok(()),
-                Attempt::Full {
-                    error,
-                    needed,
-                    stored,
-                } => match self.may_wait(error, needed, &mut need) {
-                    Ok(()) => stored,
-                    Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
-                },
+            stored = match self.try_or_wait(partition, stored, &mut need)? {
+                Some(stored) => stored,
+                None => return Ok(()),
             };
             let waiting = Instant::now();
             let woken = match deadline {
@@ -109,16 +103,9 @@ impl ShardBuffer {
         let mut need = None;
         loop {
             let epoch = signal.epoch();
-            stored = match self.attempt(partition, stored)? {
-                Attempt::Done => return Ok(()),
-                Attempt::Full {
-                    error,
-                    needed,
-                    stored,
-                } => match self.may_wait(error, needed, &mut need) {
-                    Ok(()) => stored,
-                    Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
-                },
+            stored = match self.try_or_wait(partition, stored, &mut need)? {
+                Some(stored) => stored,
+                None => return Ok(()),
             };
             let waiting = Instant::now();
             let woken = signal.wait_blocking(epoch, deadline);
@@ -184,6 +171,27 @@ impl ShardBuffer {
         }
     }
 
+    /// One step of a waiting write: `None` once the batch is in, the batch back if the writer
+    /// should wait for a release (its need counted in `need`), an error if it may not wait.
+    fn try_or_wait<'a>(
+        &'a self,
+        partition: u32,
+        stored: Stored,
+        need: &mut Option<NeedGuard<'a>>,
+    ) -> Result<Option<Stored>, WriteError> {
+        match self.attempt(partition, stored)? {
+            Attempt::Done => Ok(None),
+            Attempt::Full {
+                error,
+                needed,
+                stored,
+            } => match self.may_wait(error, needed, need) {
+                Ok(()) => Ok(Some(stored)),
+                Err(error) => Err(WriteError::new(partition, error, stored.batch)),
+            },
+        }
+    }
+
     /// Whether a write refused for memory may wait: with spilling, after waking the spiller,
     /// unless spilling has failed; without, only with a write timeout.
     /// While it waits, the writer's need is counted in `need` so that the spiller frees room for
@@ -229,40 +237,43 @@ impl ShardBuffer {
     }
 
     fn write_direct_blocking(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
-        let spiller = self
-            .spiller
-            .as_ref()
-            .expect("Plan::Disk only with a spiller");
-        let (keep, size) = (stored.batch.clone(), stored.size);
-        let reply = spiller.direct(partition, stored)?;
-        match reply.blocking_recv() {
-            Ok(landed) => self.land(partition, landed?, keep, size),
-            Err(_) => Err(WriteError::new(partition, self.spiller_gone(), keep)),
-        }
+        let (reply, keep, size) = self.hand_to_spiller(partition, stored)?;
+        self.land(partition, reply.blocking_recv(), keep, size)
     }
 
     async fn write_direct_async(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
+        let (reply, keep, size) = self.hand_to_spiller(partition, stored)?;
+        // Dropping the future here drops the reply, and with it the landed segments.
+        self.land(partition, reply.await, keep, size)
+    }
+
+    /// Sends an oversized batch to the spiller; returns the reply to wait for, with the batch
+    /// (kept to hand back on failure) and its size.
+    fn hand_to_spiller(
+        &self,
+        partition: u32,
+        stored: Stored,
+    ) -> Result<(DirectReply, RecordBatch, usize), WriteError> {
         let spiller = self
             .spiller
             .as_ref()
             .expect("Plan::Disk only with a spiller");
         let (keep, size) = (stored.batch.clone(), stored.size);
-        let reply = spiller.direct(partition, stored)?;
-        // Dropping the future here drops the reply, and with it the landed segments.
-        match reply.await {
-            Ok(landed) => self.land(partition, landed?, keep, size),
-            Err(_) => Err(WriteError::new(partition, self.spiller_gone(), keep)),
-        }
+        Ok((spiller.direct(partition, stored)?, keep, size))
     }
 
     /// Commits an oversized batch's segments, written by the spiller, to its partition.
     fn land(
         &self,
         partition: u32,
-        segments: Landed,
+        reply: Result<Result<Landed, WriteError>, RecvError>,
         batch: RecordBatch,
         size: usize,
     ) -> Result<(), WriteError> {
+        let segments = match reply {
+            Ok(landed) => landed?,
+            Err(_) => return Err(WriteError::new(partition, self.spiller_gone(), batch)),
+        };
         let result = self
             .shared
             .lock()

@@ -46,6 +46,9 @@ pub(crate) enum Job {
 /// them with [`State::land_direct`](crate::state::State::land_direct), or drops them.
 pub(crate) type Landed = Vec<SegmentRef>;
 
+/// The spiller's answer to a direct write.
+pub(crate) type DirectReply = tokio::sync::oneshot::Receiver<Result<Landed, WriteError>>;
+
 /// The spill side of a buffer, shared by its handles, its readers and the spiller thread.
 #[derive(Debug)]
 pub(crate) struct SpillSide {
@@ -129,11 +132,7 @@ impl Spiller {
     }
 
     /// Hands an oversized batch to the spiller; the receiver answers when it is on disk.
-    pub(crate) fn direct(
-        &self,
-        partition: u32,
-        stored: Stored,
-    ) -> Result<tokio::sync::oneshot::Receiver<Result<Landed, WriteError>>, WriteError> {
+    pub(crate) fn direct(&self, partition: u32, stored: Stored) -> Result<DirectReply, WriteError> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         match self.jobs.send(Job::Direct {
             partition,
