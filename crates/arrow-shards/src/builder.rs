@@ -33,6 +33,7 @@ pub struct ShardBufferBuilder {
     read_batch_rows: Option<usize>,
     spill_enabled: bool,
     spill_dir: Option<PathBuf>,
+    sweep_on_build: bool,
     spill_threshold: f64,
     spill_target: f64,
     max_spill_round_bytes: usize,
@@ -69,6 +70,7 @@ impl ShardBufferBuilder {
             read_batch_rows: Some(DEFAULT_READ_BATCH_ROWS),
             spill_enabled: true,
             spill_dir: None,
+            sweep_on_build: true,
             spill_threshold: DEFAULT_SPILL_THRESHOLD,
             spill_target: DEFAULT_SPILL_TARGET,
             max_spill_round_bytes: DEFAULT_MAX_SPILL_ROUND_BYTES,
@@ -123,6 +125,18 @@ impl ShardBufferBuilder {
     pub fn with_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.spill_dir = Some(dir.into());
         self.spill_enabled = true;
+        self
+    }
+
+    /// Whether `build()` sweeps the spill root for the leftovers of crashed processes: the
+    /// first buffer built over a root in a process removes the spill directories under it
+    /// whose owner process is dead (see [`arrow_shards_spill::sweep`]: only directories with
+    /// this library's marker, made by this user in this pid namespace; nothing else is
+    /// touched). Later builds over the same root skip it.
+    ///
+    /// Default: true.
+    pub fn with_sweep_on_build(mut self, sweep: bool) -> Self {
+        self.sweep_on_build = sweep;
         self
     }
 
@@ -188,8 +202,9 @@ impl ShardBufferBuilder {
         self
     }
 
-    /// Checks the settings and builds the buffer. With spilling on and a bounded pool, creates
-    /// the private spill directory and starts the spiller thread.
+    /// Checks the settings and builds the buffer. With spilling on and a bounded pool, sweeps
+    /// the spill root once per process (see [`with_sweep_on_build`](Self::with_sweep_on_build)),
+    /// creates the private spill directory and starts the spiller thread.
     pub fn build(self) -> Result<ShardBuffer, ConfigError> {
         if self.num_partitions == 0 {
             return Err(ConfigError::NoPartitions);
@@ -235,6 +250,9 @@ impl ShardBufferBuilder {
             }),
             _ => None,
         };
+        if let Some(spill) = spill.as_ref().filter(|_| self.sweep_on_build) {
+            crate::leftovers::sweep_once(&spill.root);
+        }
         ShardBuffer::from_parts(self.schema, self.num_partitions, pool, config, spill)
     }
 }

@@ -46,6 +46,7 @@
 mod buffer;
 mod builder;
 mod error;
+mod leftovers;
 mod metrics;
 mod read;
 mod schema_check;

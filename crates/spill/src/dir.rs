@@ -126,7 +126,11 @@ impl SpillDir {
             .fs
             .create_file(&marker)
             .map_err(|e| io_error(path, &marker, e))?;
-        let contents = marker_contents(std::process::id(), process_start_time("self"));
+        let contents = marker_contents(&Marker {
+            pid: std::process::id(),
+            start: process_start_time("self"),
+            pid_namespace: pid_namespace(),
+        });
         self.fs
             .write_all(&mut file, contents.as_bytes())
             .map_err(|e| io_error(path, &marker, e))?;
@@ -201,12 +205,37 @@ impl Drop for SpillDir {
     }
 }
 
-/// The marker file's text.
-pub(crate) fn marker_contents(pid: u32, start_time: Option<u64>) -> String {
-    match start_time {
-        Some(start) => format!("{MARKER_TAG}\npid {pid}\nstart {start}\n"),
-        None => format!("{MARKER_TAG}\npid {pid}\n"),
+/// What a spill directory's marker says about its owner process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Marker {
+    pub(crate) pid: u32,
+    /// See [`process_start_time`]; absent when `/proc` could not be read.
+    pub(crate) start: Option<u64>,
+    /// See [`pid_namespace`]; absent in markers of older versions or without `/proc`.
+    pub(crate) pid_namespace: Option<u64>,
+}
+
+/// The marker file's text: the tag line, `pid <pid>`, then `start <ticks>` and
+/// `pidns <inode>` when known.
+pub(crate) fn marker_contents(marker: &Marker) -> String {
+    let mut text = format!("{MARKER_TAG}\npid {}\n", marker.pid);
+    if let Some(start) = marker.start {
+        text.push_str(&format!("start {start}\n"));
     }
+    if let Some(ns) = marker.pid_namespace {
+        text.push_str(&format!("pidns {ns}\n"));
+    }
+    text
+}
+
+/// The inode of this process's pid namespace (`/proc/self/ns/pid` links to `pid:[<inode>]`).
+/// A pid only names a process within its namespace: `sweep` leaves alone the directories of
+/// processes in another one (another container sharing the spill root), whose pids it cannot
+/// check.
+pub(crate) fn pid_namespace() -> Option<u64> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let link = link.to_str()?;
+    link.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// The effective uid of this process: the owner of `/proc/self`.

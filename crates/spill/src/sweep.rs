@@ -3,7 +3,9 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::dir::{DIR_PREFIX, MARKER_NAME, MARKER_TAG, current_uid, process_start_time};
+use crate::dir::{
+    DIR_PREFIX, MARKER_NAME, MARKER_TAG, Marker, current_uid, pid_namespace, process_start_time,
+};
 use crate::error::{SpillError, io_error};
 use crate::fs::Fs;
 
@@ -16,7 +18,8 @@ pub struct SweepReport {
     /// Spill directories left alone because their owner process is alive.
     pub live: Vec<PathBuf>,
     /// Directories with our name prefix that were not touched because they lack a valid marker,
-    /// are symlinks, or belong to another user.
+    /// are symlinks, belong to another user, or were made in another pid namespace (another
+    /// container sharing the root: its pids cannot be checked from here).
     pub skipped: Vec<PathBuf>,
     /// Directories whose removal failed, with the error.
     pub failed: Vec<(PathBuf, String)>,
@@ -26,9 +29,10 @@ pub struct SweepReport {
 ///
 /// Only directories of this library are candidates: a real directory (not a symlink) owned by
 /// this user, named `arrow-shards-spill-*`, holding a regular marker file that records the
-/// owner's pid (and start time). It is removed only if `/proc/<pid>` is gone or belongs to a
-/// different process (start time differs). Nothing else under `root` is touched. Without
-/// `/proc` no process can be proven dead, so nothing is removed.
+/// owner's pid (and start time and pid namespace). It is removed only if its owner ran in this
+/// process's pid namespace and `/proc/<pid>` is gone or belongs to a different process (start
+/// time differs). Nothing else under `root` is touched. Without `/proc` no process can be
+/// proven dead, so nothing is removed.
 pub fn sweep(root: &Path) -> Result<SweepReport, SpillError> {
     let fs = Fs::default();
     let mut report = SweepReport::default();
@@ -75,29 +79,42 @@ fn owner_of(fs: &Fs, path: &Path, uid: u32) -> Option<Owner> {
         return None;
     }
     let text = String::from_utf8(fs.read_small(&marker, 256).ok()?).ok()?;
-    let (pid, start) = parse_marker(&text)?;
-    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let owner = parse_marker(&text)?;
+    if owner.pid_namespace.is_some() && owner.pid_namespace != pid_namespace() {
+        return None;
+    }
+    let proc_dir = PathBuf::from(format!("/proc/{}", owner.pid));
     if fs.symlink_metadata(&proc_dir).is_err() {
         return Some(Owner::Dead);
     }
-    match (start, process_start_time(&pid.to_string())) {
+    match (owner.start, process_start_time(&owner.pid.to_string())) {
         (Some(recorded), Some(now)) if recorded != now => Some(Owner::Dead),
         _ => Some(Owner::Alive),
     }
 }
 
-/// Parses a marker: the tag line, `pid N`, optionally `start N`.
-fn parse_marker(text: &str) -> Option<(u32, Option<u64>)> {
+/// Parses a marker; `None` if it is not one of ours (any line out of place).
+fn parse_marker(text: &str) -> Option<Marker> {
     let mut lines = text.lines();
     if lines.next()? != MARKER_TAG {
         return None;
     }
     let pid = lines.next()?.strip_prefix("pid ")?.parse().ok()?;
-    let start = match lines.next() {
-        Some(line) => Some(line.strip_prefix("start ")?.parse().ok()?),
-        None => None,
+    let mut marker = Marker {
+        pid,
+        start: None,
+        pid_namespace: None,
     };
-    Some((pid, start))
+    for line in lines {
+        let (key, value) = line.split_once(' ')?;
+        let value = Some(value.parse().ok()?);
+        match key {
+            "start" if marker.start.is_none() => marker.start = value,
+            "pidns" if marker.pid_namespace.is_none() => marker.pid_namespace = value,
+            _ => return None,
+        }
+    }
+    Some(marker)
 }
 
 #[cfg(test)]
@@ -107,12 +124,36 @@ mod tests {
 
     #[test]
     fn marker_round_trips() {
+        for start in [None, Some(7)] {
+            for pid_namespace in [None, Some(4_026_531_836)] {
+                let marker = Marker {
+                    pid: 42,
+                    start,
+                    pid_namespace,
+                };
+                assert_eq!(parse_marker(&marker_contents(&marker)), Some(marker));
+            }
+        }
+        // the first version's markers still parse
+        let old = format!("{MARKER_TAG}\npid 42\nstart 7\n");
         assert_eq!(
-            parse_marker(&marker_contents(42, Some(7))),
+            parse_marker(&old).map(|m| (m.pid, m.start)),
             Some((42, Some(7)))
         );
-        assert_eq!(parse_marker(&marker_contents(42, None)), Some((42, None)));
         assert_eq!(parse_marker("something else\npid 1\n"), None);
         assert_eq!(parse_marker(&format!("{MARKER_TAG}\npid x\n")), None);
+        assert_eq!(
+            parse_marker(&format!("{MARKER_TAG}\npid 1\nowner me\n")),
+            None
+        );
+        assert_eq!(
+            parse_marker(&format!("{MARKER_TAG}\npid 1\nstart 1\nstart 2\n")),
+            None
+        );
+    }
+
+    #[test]
+    fn this_process_has_a_pid_namespace() {
+        assert!(pid_namespace().is_some());
     }
 }

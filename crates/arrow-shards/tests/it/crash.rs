@@ -1,6 +1,7 @@
 //! Crash leftovers: a process killed with SIGKILL in the middle of spilling leaves its spill
-//! directory behind; the next start's `sweep` removes it, and only it: a directory without our
-//! marker, one whose owner is alive, and anything else under the root are left alone.
+//! directory behind; the next start (the first buffer built over the root, or an explicit
+//! `sweep`) removes it, and only it: a directory without our marker, one whose owner is alive,
+//! and anything else under the root are left alone.
 //!
 //! The child is this test binary run again with `ARROW_SHARDS_CRASH_CHILD_ROOT` set, executing
 //! only `crash::crash_child`, which spills until it is killed.
@@ -112,25 +113,35 @@ fn sigkill_mid_spill_leaves_a_directory_the_next_start_sweeps() {
     .unwrap();
     let unrelated = root.path().join("unrelated");
     std::fs::create_dir(&unrelated).unwrap();
-    let live = ShardBuffer::builder(batch(0).schema(), 1)
-        .with_memory_limit(1 << 20)
-        .with_spill_dir(root.path())
-        .build()
-        .unwrap();
-    let live_dir = live.spill_dir().unwrap().to_path_buf();
+    let builder = || {
+        ShardBuffer::builder(batch(0).schema(), 1)
+            .with_memory_limit(1 << 20)
+            .with_spill_dir(root.path())
+    };
+    // with the sweep turned off, a new buffer leaves the leftovers alone
+    let unswept = builder().with_sweep_on_build(false).build().unwrap();
+    assert!(!run_files(&child_dir).is_empty(), "swept although turned off");
+    unswept.close().unwrap();
 
-    // the next start
+    // the next start: the first buffer built over the root sweeps it
+    let live = builder().build().unwrap();
+    let live_dir = live.spill_dir().unwrap().to_path_buf();
+    assert!(
+        !child_dir.exists(),
+        "the crashed child's directory was not swept"
+    );
+    for kept in [&no_marker, &bad_marker, &unrelated, &live_dir] {
+        assert!(kept.exists(), "{} was touched", kept.display());
+    }
+
+    // an explicit sweep agrees: nothing dead is left, the live buffer and impostors stay
     let report = sweep(root.path()).unwrap();
-    assert_eq!(report.removed, vec![child_dir.clone()], "{report:?}");
+    assert!(report.removed.is_empty(), "{report:?}");
     assert_eq!(report.live, vec![live_dir.clone()], "{report:?}");
     let mut skipped = report.skipped.clone();
     skipped.sort();
     assert_eq!(skipped, vec![bad_marker.clone(), no_marker.clone()]);
     assert!(report.failed.is_empty(), "{report:?}");
-    assert!(!child_dir.exists());
-    for kept in [&no_marker, &bad_marker, &unrelated, &live_dir] {
-        assert!(kept.exists(), "{} was touched", kept.display());
-    }
     assert!(no_marker.join("00000000.run").exists());
     // the live buffer still works and cleans up after itself
     live.close().unwrap();

@@ -157,6 +157,26 @@ fn sweep_removes_only_dirs_of_dead_owners() {
             std::process::id()
         )),
     );
+    // a dead pid, in this pid namespace (as markers record it now): removed
+    let dead_here = fake_spill_dir(
+        root.path(),
+        "arrow-shards-spill-7-g-0",
+        Some(format!(
+            "arrow-shards-spill 1\npid {}\nstart 1\npidns {}\n",
+            dead_pid(),
+            own_pid_namespace()
+        )),
+    );
+    // the same, made in another pid namespace (another container): its pid means nothing here
+    let other_namespace = fake_spill_dir(
+        root.path(),
+        "arrow-shards-spill-8-h-0",
+        Some(format!(
+            "arrow-shards-spill 1\npid {}\nstart 1\npidns {}\n",
+            dead_pid(),
+            own_pid_namespace() + 1
+        )),
+    );
     let no_marker = fake_spill_dir(root.path(), "arrow-shards-spill-3-c-0", None);
     let foreign_marker = fake_spill_dir(
         root.path(),
@@ -183,11 +203,32 @@ fn sweep_removes_only_dirs_of_dead_owners() {
 
     let mut removed = report.removed.clone();
     removed.sort();
-    assert_eq!(removed, vec![dead.clone(), reused.clone()]);
-    assert!(!dead.exists() && !reused.exists());
+    assert_eq!(
+        removed,
+        vec![dead.clone(), reused.clone(), dead_here.clone()]
+    );
+    assert!(!dead.exists() && !reused.exists() && !dead_here.exists());
     assert_eq!(report.live, vec![live.path().to_path_buf()]);
     assert!(live.path().join(MARKER).exists());
-    for untouched in [&no_marker, &foreign_marker, &other_name, &target] {
+    let mut skipped = report.skipped.clone();
+    skipped.sort();
+    assert_eq!(
+        skipped,
+        vec![
+            no_marker.clone(),
+            foreign_marker.clone(),
+            link.clone(),
+            plain_file.clone(),
+            other_namespace.clone()
+        ]
+    );
+    for untouched in [
+        &no_marker,
+        &foreign_marker,
+        &other_name,
+        &target,
+        &other_namespace,
+    ] {
         assert!(
             untouched.join("00000000.run").exists(),
             "{}",
@@ -197,4 +238,14 @@ fn sweep_removes_only_dirs_of_dead_owners() {
     assert!(std::fs::symlink_metadata(&link).is_ok());
     assert!(plain_file.exists());
     assert!(report.failed.is_empty());
+}
+
+/// The inode of this process's pid namespace, read independently of the crate.
+fn own_pid_namespace() -> u64 {
+    let link = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let link = link.to_str().unwrap();
+    link.trim_start_matches("pid:[")
+        .trim_end_matches(']')
+        .parse()
+        .unwrap()
 }
