@@ -120,7 +120,10 @@ fn sigkill_mid_spill_leaves_a_directory_the_next_start_sweeps() {
     };
     // with the sweep turned off, a new buffer leaves the leftovers alone
     let unswept = builder().with_sweep_on_build(false).build().unwrap();
-    assert!(!run_files(&child_dir).is_empty(), "swept although turned off");
+    assert!(
+        !run_files(&child_dir).is_empty(),
+        "swept although turned off"
+    );
     unswept.close().unwrap();
 
     // the next start: the first buffer built over the root sweeps it
