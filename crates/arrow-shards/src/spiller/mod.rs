@@ -326,8 +326,7 @@ fn direct(
         Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
     };
     let mut chosen = Vec::with_capacity(2);
-    let from_memory = !batches.is_empty();
-    if from_memory {
+    if !batches.is_empty() {
         chosen.push((partition, batches));
     }
     chosen.push((partition, vec![(stored.batch.clone(), stored.size)]));
