@@ -17,6 +17,7 @@ use arrow_shards_memory::{MemoryPool, MemoryReservation};
 use arrow_shards_spill::{SpillDir, SpillError};
 
 use crate::builder::{Config, SpillConfig};
+use crate::compact::CompactConfig;
 use crate::read::PartitionReader;
 use crate::spiller::{SpillSide, Spiller};
 use crate::state::{PartitionSize, State};
@@ -47,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) num_partitions: u32,
     pub(crate) pool: Arc<dyn MemoryPool>,
     pub(crate) config: Config,
+    /// `config.compact`, read on every write.
+    pub(crate) compact: Option<CompactConfig>,
     pub(crate) state: Mutex<State>,
     pub(crate) counters: Counters,
     pub(crate) spill: Option<SpillSide>,
@@ -103,7 +106,13 @@ impl ShardBuffer {
         spill: Option<SpillConfig>,
     ) -> Result<Self, ConfigError> {
         let reservation = MemoryReservation::new(&pool);
-        let state = Mutex::new(State::new(num_partitions, reservation, spill.is_some()));
+        let state = Mutex::new(State::new(
+            Arc::clone(&schema),
+            num_partitions,
+            reservation,
+            spill.is_some(),
+            config.compact,
+        ));
         let spill = match spill {
             Some(config) => {
                 let dir = SpillDir::create(&config.root)
@@ -117,6 +126,7 @@ impl ShardBuffer {
             schema,
             num_partitions,
             pool,
+            compact: config.compact,
             config,
             state,
             counters: Counters::default(),

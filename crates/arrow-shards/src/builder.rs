@@ -8,6 +8,7 @@ use arrow_schema::SchemaRef;
 use arrow_shards_memory::{BoundedPool, MemoryPool, UnboundedPool};
 use arrow_shards_spill::{Compression, SpillOptions};
 
+use crate::compact::CompactConfig;
 use crate::{ConfigError, ShardBuffer};
 
 /// Default fraction of the memory limit at which the spiller starts.
@@ -20,6 +21,14 @@ pub const DEFAULT_MAX_SPILL_ROUND_BYTES: usize = 64 << 20;
 pub const DEFAULT_SPILL_SEGMENT_BYTES: usize = 4 << 20;
 /// Default rows per batch handed out by readers.
 pub const DEFAULT_READ_BATCH_ROWS: usize = 8192;
+/// Default rows at which a partition's open batch is cut (and below which a written batch is
+/// copied into it).
+pub const DEFAULT_COMPACT_TARGET_ROWS: usize = 8192;
+/// Default bytes at which a partition's open batch is cut (and below which a written batch is
+/// copied into it); with a memory limit, at most an eighth of it.
+pub const DEFAULT_COMPACT_TARGET_BYTES: usize = 4 << 20;
+/// The largest compaction target in bytes (`Utf8` offsets are 32-bit).
+pub const MAX_COMPACT_TARGET_BYTES: usize = 1 << 30;
 
 /// Settings for a [`ShardBuffer`]; made by [`ShardBuffer::builder`].
 #[derive(Debug)]
@@ -39,6 +48,8 @@ pub struct ShardBufferBuilder {
     max_spill_round_bytes: usize,
     spill_segment_bytes: usize,
     spill_options: SpillOptions,
+    compact_target_rows: usize,
+    compact_target_bytes: usize,
 }
 
 /// The settings of a built buffer.
@@ -46,6 +57,7 @@ pub struct ShardBufferBuilder {
 pub(crate) struct Config {
     pub(crate) write_timeout: Option<Duration>,
     pub(crate) read_batch_rows: Option<usize>,
+    pub(crate) compact: Option<CompactConfig>,
 }
 
 /// The spill settings of a built buffer, in bytes.
@@ -76,7 +88,36 @@ impl ShardBufferBuilder {
             max_spill_round_bytes: DEFAULT_MAX_SPILL_ROUND_BYTES,
             spill_segment_bytes: DEFAULT_SPILL_SEGMENT_BYTES,
             spill_options: SpillOptions::default(),
+            compact_target_rows: DEFAULT_COMPACT_TARGET_ROWS,
+            compact_target_bytes: DEFAULT_COMPACT_TARGET_BYTES,
         }
+    }
+
+    /// Compaction on write: a batch written with fewer rows than this (and smaller than
+    /// [`with_compact_target_bytes`](Self::with_compact_target_bytes)) is copied into its
+    /// partition's open batch, which becomes an ordinary batch when it reaches this many rows
+    /// (or the byte target, or when the partition is spilled or read). Larger batches are kept
+    /// as written, without a copy. `0` turns compaction off: every batch is kept as written
+    /// (then tiny shards each cost a batch's fixed overhead; see `docs/memory-accounting.md`).
+    ///
+    /// Default: 8192 (see `docs/benchmarks.md`, "Small shards").
+    pub fn with_compact_target_rows(mut self, rows: usize) -> Self {
+        self.compact_target_rows = rows;
+        self
+    }
+
+    /// The byte side of compaction (see
+    /// [`with_compact_target_rows`](Self::with_compact_target_rows)): an open batch is cut when
+    /// its variable-length data reaches this many bytes, and a written batch whose rows take
+    /// this many bytes is kept as written. With a memory limit the target used is at most an
+    /// eighth of the limit, so open batches stay small against small budgets; a limit too small
+    /// for a few open batches turns compaction off.
+    /// At most 1 GiB.
+    ///
+    /// Default: 4 MiB.
+    pub fn with_compact_target_bytes(mut self, bytes: usize) -> Self {
+        self.compact_target_bytes = bytes;
+        self
     }
 
     /// Caps the bytes this buffer may hold in memory, with a pool of its own. A limit of 0
@@ -235,9 +276,23 @@ impl ShardBufferBuilder {
         if self.spill_segment_bytes == 0 {
             return Err(invalid("spill_segment_bytes", 0, "must be at least 1"));
         }
+        if self.compact_target_bytes == 0 || self.compact_target_bytes > MAX_COMPACT_TARGET_BYTES {
+            return Err(invalid(
+                "compact_target_bytes",
+                self.compact_target_bytes,
+                "must be in [1, 1 GiB]",
+            ));
+        }
+        let compact = CompactConfig::new(
+            &self.schema,
+            self.compact_target_rows,
+            self.compact_target_bytes,
+            pool.limit(),
+        );
         let config = Config {
             write_timeout: self.write_timeout,
             read_batch_rows: self.read_batch_rows,
+            compact,
         };
         let spill = match (self.spill_enabled, pool.limit()) {
             (true, Some(limit)) => Some(SpillConfig {

@@ -19,6 +19,35 @@ pub enum Error {
         /// The buffer's partition count.
         num_partitions: u32,
     },
+    /// A scatter write's partition ids are not one per row.
+    #[error("the batch has {rows} rows but {ids} partition ids were given: one per row is needed")]
+    PartitionIdsLength {
+        /// Rows in the batch.
+        rows: usize,
+        /// Partition ids given.
+        ids: usize,
+    },
+    /// A scatter write's partition id is null.
+    #[error("the partition id of row {row} is null: every row needs a partition")]
+    NullPartitionId {
+        /// The first row whose id is null.
+        row: usize,
+    },
+    /// A scatter write's partition id is not in `0..num_partitions`.
+    #[error(
+        "row {row} goes to partition {partition}, which is out of range: the buffer has {num_partitions} partitions"
+    )]
+    PartitionIdOutOfRange {
+        /// The first row with a bad id.
+        row: usize,
+        /// Its id.
+        partition: u32,
+        /// The buffer's partition count.
+        num_partitions: u32,
+    },
+    /// An Arrow kernel failed on a batch the buffer accepted (a bug in arrow-shards or arrow).
+    #[error("arrow error: {0}")]
+    Arrow(#[source] Arc<ArrowError>),
     /// The batch's schema does not match the buffer's.
     #[error("schema mismatch: {0}")]
     SchemaMismatch(String),

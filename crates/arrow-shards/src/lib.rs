@@ -45,11 +45,14 @@
 
 mod buffer;
 mod builder;
+mod compact;
 mod error;
 mod leftovers;
 mod metrics;
 mod read;
+mod scatter;
 mod schema_check;
+mod shard;
 mod spiller;
 mod state;
 mod write;
@@ -60,13 +63,16 @@ pub use arrow_shards_memory::{
 pub use arrow_shards_spill::{Compression, SpillError};
 pub use buffer::ShardBuffer;
 pub use builder::{
-    DEFAULT_MAX_SPILL_ROUND_BYTES, DEFAULT_READ_BATCH_ROWS, DEFAULT_SPILL_SEGMENT_BYTES,
-    DEFAULT_SPILL_TARGET, DEFAULT_SPILL_THRESHOLD, ShardBufferBuilder,
+    DEFAULT_COMPACT_TARGET_BYTES, DEFAULT_COMPACT_TARGET_ROWS, DEFAULT_MAX_SPILL_ROUND_BYTES,
+    DEFAULT_READ_BATCH_ROWS, DEFAULT_SPILL_SEGMENT_BYTES, DEFAULT_SPILL_TARGET,
+    DEFAULT_SPILL_THRESHOLD, MAX_COMPACT_TARGET_BYTES, ShardBufferBuilder,
 };
 pub use error::{ConfigError, Error, WriteError};
 pub use metrics::Metrics;
 pub use read::PartitionReader;
+pub use shard::batch_cost;
 pub use state::PartitionSize;
+pub use write::PartitionIds;
 
 /// The README's example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]

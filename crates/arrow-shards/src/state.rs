@@ -20,43 +20,46 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_shards_memory::sizing::Allocation;
+use arrow_schema::SchemaRef;
 use arrow_shards_memory::{AllocationSet, MemoryReservation};
 use arrow_shards_spill::{SegmentRef, SpillError};
 
 use crate::Error;
+use crate::compact::{CompactConfig, OpenBatch};
+use crate::shard::{Scattered, Shard, Stored};
 use crate::spiller::policy::LargestFirst;
 
 /// Batches with their own sizes, as handed to the spiller.
 pub(crate) type SizedBatches = Vec<(RecordBatch, usize)>;
-
-/// A batch held in memory with the allocations it was charged for.
-#[derive(Debug)]
-pub(crate) struct Stored {
-    pub(crate) batch: RecordBatch,
-    pub(crate) allocations: Vec<Allocation>,
-    /// The batch's own size (`batch_memory_size`), used for per-partition sizes and hand-over.
-    pub(crate) size: usize,
-}
 
 /// A prefix of a partition's batches being written to disk by the spiller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct InFlight {
     pub(crate) ticket: u64,
     pub(crate) count: usize,
+    /// Their cost (`Stored::cost`), what committing the spill frees.
     pub(crate) bytes: usize,
+    /// Their own sizes (`Stored::size`), what `bytes_spilled` counts.
+    pub(crate) size: usize,
 }
 
 /// One output partition.
 #[derive(Debug, Default)]
 pub(crate) struct Partition {
     pub(crate) batches: Vec<Stored>,
-    /// Sum of `Stored::size` over the batches *not* in flight: what a spill could take now.
+    /// Rows copied in from small shards, after `batches` in write order (see [`crate::compact`]).
+    pub(crate) open: Option<OpenBatch>,
+    /// What `open` is charged (`OpenBatch::bytes`), 0 without one.
+    pub(crate) open_charge: usize,
+    /// What a spill could take now: the cost of the batches *not* in flight plus `open_charge`.
     pub(crate) bytes: usize,
     pub(crate) in_flight: Option<InFlight>,
     pub(crate) segments: Vec<SegmentRef>,
     pub(crate) sealed: bool,
     pub(crate) read: bool,
+    /// Rows in memory (stored and open) and on disk.
+    pub(crate) memory_rows: usize,
+    pub(crate) spilled_rows: usize,
 }
 
 /// What `read(p)` takes out of the state.
@@ -71,12 +74,17 @@ pub(crate) struct Taken {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PartitionSize {
-    /// Bytes of its batches in memory (each batch's own size, shared allocations counted in each).
+    /// Bytes its rows cost in memory: each stored batch's own size and fixed overhead (shared
+    /// allocations counted in each), plus its open batch's charge.
     pub memory_bytes: usize,
-    /// Batches in memory.
+    /// Batches in memory, an open batch with rows counted as one.
     pub memory_batches: usize,
+    /// Rows in memory.
+    pub memory_rows: usize,
     /// In-memory bytes of its batches on disk.
     pub spilled_bytes: usize,
+    /// Rows on disk.
+    pub spilled_rows: usize,
     /// Segments on disk.
     pub segments: usize,
     /// Whether its batches are being spilled right now.
@@ -86,10 +94,14 @@ pub struct PartitionSize {
 /// Everything behind the buffer's lock.
 #[derive(Debug)]
 pub(crate) struct State {
+    pub(crate) schema: SchemaRef,
+    pub(crate) compact: Option<CompactConfig>,
     pub(crate) partitions: Vec<Partition>,
-    /// Allocations kept alive by batches in memory, each counted once.
+    /// Allocations kept alive by stored batches in memory, each counted once.
     pub(crate) allocations: AllocationSet,
-    /// What the pool holds for `allocations`: equal to `allocations.bytes()` at every unlock.
+    /// Stored batches' overheads plus open batches' charges.
+    pub(crate) extra: usize,
+    /// What the pool holds for this buffer: `allocations.bytes() + extra` at every unlock.
     pub(crate) reservation: MemoryReservation,
     pub(crate) victims: LargestFirst,
     pub(crate) next_ticket: u64,
@@ -108,10 +120,19 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn new(num_partitions: u32, reservation: MemoryReservation, spilling: bool) -> Self {
+    pub(crate) fn new(
+        schema: SchemaRef,
+        num_partitions: u32,
+        reservation: MemoryReservation,
+        spilling: bool,
+        compact: Option<CompactConfig>,
+    ) -> Self {
         Self {
+            schema,
+            compact,
             partitions: (0..num_partitions).map(|_| Partition::default()).collect(),
             allocations: AllocationSet::new(),
+            extra: 0,
             reservation,
             victims: LargestFirst::new(spilling),
 
@@ -129,6 +150,17 @@ impl State {
         }
     }
 
+    /// Refuses writes to a closed or finished buffer.
+    pub(crate) fn check_open(&self) -> Result<(), Error> {
+        if self.closed {
+            Err(Error::Closed)
+        } else if self.finished {
+            Err(Error::Finished)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Refuses writes to a closed or finished buffer or a sealed partition.
     pub(crate) fn check_writable(&self, partition: u32) -> Result<(), Error> {
         if self.closed {
@@ -142,38 +174,247 @@ impl State {
         }
     }
 
-    /// Charges and stores `stored` in `partition`, or refuses it if the pool has no room.
+    /// The bytes this buffer holds: what the reservation must equal at unlock.
+    fn held(&self) -> usize {
+        self.allocations.bytes() + self.extra
+    }
+
+    /// Sets the reservation to what is held (a forced grow or a shrink of the difference).
+    fn settle(&mut self) {
+        let (held, reserved) = (self.held(), self.reservation.size());
+        if held > reserved {
+            self.reservation.grow(held - reserved);
+        } else {
+            self.reservation.shrink(reserved - held);
+        }
+        self.peak = self.peak.max(self.reservation.size());
+    }
+
+    /// Records that `partition`'s spillable bytes changed from `old` to its current `bytes`.
+    fn bytes_changed(&mut self, partition: u32, old: usize) {
+        let p = &self.partitions[partition as usize];
+        if p.in_flight.is_none() && !p.read {
+            self.victims.update(partition, old, p.bytes);
+        }
+    }
+
+    /// Charges and stores `shard`, or refuses it (handing it back) if the pool has no room or
+    /// the partition may not be written. `partition` is the target of a `Whole` or `Small`
+    /// shard; a scattered one names its own.
     pub(crate) fn try_insert(
         &mut self,
         partition: u32,
-        stored: Stored,
-    ) -> Result<(), (Error, Stored)> {
+        shard: Shard,
+    ) -> Result<(), (Error, Shard)> {
+        match shard {
+            Shard::Whole(stored) => self
+                .try_insert_whole(partition, stored)
+                .map_err(|(e, s)| (e, Shard::Whole(s))),
+            Shard::Small(batch) => {
+                if let Err(e) = self.check_writable(partition) {
+                    return Err((e, Shard::Small(batch)));
+                }
+                let rows = batch.num_rows();
+                let needed = self.append_growth(partition, &batch, 0, rows);
+                if let Err(e) = self.try_reserve(needed) {
+                    return Err((e, Shard::Small(batch)));
+                }
+                let result = self.append(partition, &batch, 0, rows);
+                self.settle();
+                match result {
+                    Ok(()) => {
+                        self.batches_written += 1;
+                        Ok(())
+                    }
+                    Err(e) => Err((e, Shard::Small(batch))),
+                }
+            }
+            Shard::Scattered(scattered) => self
+                .try_insert_scattered(&scattered)
+                .map_err(|e| (e, Shard::Scattered(scattered))),
+        }
+    }
+
+    fn try_reserve(&mut self, needed: usize) -> Result<(), Error> {
+        self.reservation
+            .try_grow(needed)
+            .map_err(|e| Error::MemoryExhausted {
+                needed,
+                reserved: e.reserved,
+                limit: e.limit,
+            })
+    }
+
+    fn try_insert_whole(&mut self, partition: u32, stored: Stored) -> Result<(), (Error, Stored)> {
         if let Err(e) = self.check_writable(partition) {
             return Err((e, stored));
         }
         // Insert first and undo on refusal: one pass over the allocation set on the hot path.
-        let needed = self.allocations.insert(&stored.allocations);
-        if let Err(e) = self.reservation.try_grow(needed) {
+        let needed = self.allocations.insert(&stored.allocations) + stored.overhead;
+        if let Err(e) = self.try_reserve(needed) {
             self.allocations.remove(&stored.allocations);
-            let error = Error::MemoryExhausted {
-                needed,
-                reserved: e.reserved,
-                limit: e.limit,
-            };
-            return Err((error, stored));
+            return Err((e, stored));
         }
-
-        self.peak = self.peak.max(self.reservation.size());
+        self.extra += stored.overhead;
+        // Rows copied into the open batch were written first: cut it so they stay first.
+        if let Err(e) = self.cut(partition) {
+            self.allocations.remove(&stored.allocations);
+            self.extra -= stored.overhead;
+            self.settle();
+            return Err((e, stored));
+        }
         self.batches_written += 1;
         self.rows_written += stored.batch.num_rows() as u64;
         self.bytes_written += stored.size as u64;
+        self.push_stored(partition, stored);
+        self.settle();
+        Ok(())
+    }
+
+    /// Charges and stores every range of `scattered`, or none (refusing the whole batch).
+    fn try_insert_scattered(&mut self, scattered: &Scattered) -> Result<(), Error> {
+        for &(partition, _, _) in &scattered.ranges {
+            self.check_writable(partition)?;
+        }
+        let sorted = &scattered.sorted;
+        let mut whole = Vec::new();
+        let mut needed = 0;
+        for &(partition, start, len) in &scattered.ranges {
+            if self.appends(sorted, len) {
+                needed += self.append_growth(partition, sorted, start, len);
+            } else {
+                let stored = Stored::new(sorted.slice(start, len));
+                needed += self.allocations.added_bytes(&stored.allocations) + stored.overhead;
+                whole.push((partition, stored));
+            }
+        }
+        self.try_reserve(needed)?;
+        let mut whole = whole.into_iter().peekable();
+        let mut result = Ok(());
+        for &(partition, start, len) in &scattered.ranges {
+            let step = match whole.next_if(|(p, _)| *p == partition) {
+                Some((_, stored)) => self.cut(partition).map(|()| {
+                    self.allocations.insert(&stored.allocations);
+                    self.extra += stored.overhead;
+                    self.rows_written += len as u64;
+                    self.bytes_written += stored.size as u64;
+                    self.push_stored(partition, stored);
+                }),
+                None => self.append(partition, sorted, start, len),
+            };
+            if step.is_err() {
+                // Only a bug gets here (the rows were checked); keep what was stored.
+                result = step;
+                break;
+            }
+        }
+        self.settle();
+        if result.is_ok() {
+            self.batches_written += 1;
+        }
+        result
+    }
+
+    /// Whether `len` rows of `batch` are copied into an open batch rather than stored whole.
+    pub(crate) fn appends(&self, batch: &RecordBatch, len: usize) -> bool {
+        self.compact.is_some_and(|c| len < c.target_rows)
+            && crate::compact::compactable(&self.schema, batch)
+    }
+
+    /// Pushes an already charged batch after `partition`'s others.
+    fn push_stored(&mut self, partition: u32, stored: Stored) {
         let p = &mut self.partitions[partition as usize];
         let old = p.bytes;
-        p.bytes += stored.size;
+        p.bytes += stored.cost();
+        p.memory_rows += stored.batch.num_rows();
         p.batches.push(stored);
-        if p.in_flight.is_none() {
-            self.victims.update(partition, old, p.bytes);
+        self.bytes_changed(partition, old);
+    }
+
+    /// What appending `batch[start..start + len]` to `partition`'s open batch would add.
+    fn append_growth(
+        &self,
+        partition: u32,
+        batch: &RecordBatch,
+        start: usize,
+        len: usize,
+    ) -> usize {
+        let config = self.compact.as_ref().expect("appends only with compaction");
+        match &self.partitions[partition as usize].open {
+            Some(open) if !open.is_full_for(config, len) => open.growth(batch, start, len, config),
+            _ => {
+                let fresh = OpenBatch::new(&self.schema);
+                fresh.bytes() + fresh.growth(batch, start, len, config)
+            }
         }
+    }
+
+    /// Copies `batch[start..start + len]` into `partition`'s open batch, cutting it first if it
+    /// is full. The caller has reserved [`append_growth`](Self::append_growth) and settles after.
+    fn append(
+        &mut self,
+        partition: u32,
+        batch: &RecordBatch,
+        start: usize,
+        len: usize,
+    ) -> Result<(), Error> {
+        let config = self.compact.expect("appends only with compaction");
+        let full = self.partitions[partition as usize]
+            .open
+            .as_ref()
+            .is_some_and(|o| o.is_full_for(&config, len));
+        if full {
+            self.cut(partition)?;
+        }
+        let schema = Arc::clone(&self.schema);
+        let p = &mut self.partitions[partition as usize];
+        let open = p.open.get_or_insert_with(|| OpenBatch::new(&schema));
+        let before = open.data_bytes();
+        open.append(batch, start, len, &config)
+            .map_err(|e| Error::Arrow(Arc::new(e)))?;
+        let written = open.data_bytes() - before;
+        let charge = open.bytes();
+        let old = p.bytes;
+        self.extra = self.extra + charge - p.open_charge;
+        p.bytes = p.bytes + charge - p.open_charge;
+        p.open_charge = charge;
+        p.memory_rows += len;
+        self.rows_written += len as u64;
+        self.bytes_written += written as u64;
+        self.bytes_changed(partition, old);
+        if self.partitions[partition as usize]
+            .open
+            .as_ref()
+            .is_some_and(|o| o.rows() >= config.target_rows)
+        {
+            self.cut(partition)?;
+        }
+        Ok(())
+    }
+
+    /// Turns `partition`'s open batch, if it has rows, into a stored batch after the others.
+    /// The caller settles the reservation afterwards.
+    fn cut(&mut self, partition: u32) -> Result<(), Error> {
+        let p = &mut self.partitions[partition as usize];
+        let Some(open) = p.open.as_mut().filter(|o| o.rows() > 0) else {
+            return Ok(());
+        };
+        let rows = open.rows();
+        let batch = open
+            .cut(&self.schema)
+            .map_err(|e| Error::Arrow(Arc::new(e)))?;
+        let stored = Stored::new(batch);
+        // The open batch is dropped: a fresh one allocates on the next append.
+        p.open = None;
+        let old = p.bytes;
+        p.bytes -= p.open_charge;
+        self.extra -= p.open_charge;
+        p.open_charge = 0;
+        p.memory_rows -= rows;
+        self.allocations.insert(&stored.allocations);
+        self.extra += stored.overhead;
+        self.bytes_changed(partition, old);
+        self.push_stored(partition, stored);
         Ok(())
     }
 
@@ -185,25 +426,32 @@ impl State {
             return Err(Error::Closed);
         }
         let finished = self.finished;
-        let p = &mut self.partitions[partition as usize];
+        let p = &self.partitions[partition as usize];
         if p.read {
             return Err(Error::AlreadyRead { partition });
         }
         if !(p.sealed || finished) {
             return Err(Error::NotComplete { partition });
         }
+        self.cut(partition)?;
+        self.settle();
+        let held = self.held();
+        let p = &mut self.partitions[partition as usize];
         p.read = true;
         if p.in_flight.take().is_none() {
             self.victims.update(partition, p.bytes, 0);
         }
         p.bytes = 0;
+        p.memory_rows = 0;
+        p.spilled_rows = 0;
         let batches = std::mem::take(&mut p.batches);
         let segments = std::mem::take(&mut p.segments);
-        let freed: usize = batches
-            .iter()
-            .map(|s| self.allocations.remove(&s.allocations))
-            .sum();
+        for s in &batches {
+            self.allocations.remove(&s.allocations);
+            self.extra -= s.overhead;
+        }
         self.partitions_read += 1;
+        let freed = held - self.held();
         Ok(Taken {
             segments,
             batches,
@@ -212,8 +460,8 @@ impl State {
     }
 
     /// Picks the largest partitions until `want` bytes are chosen (at least one partition if any
-    /// can be spilled), marks their batches in flight under a new ticket and returns clones of
-    /// them to write.
+    /// can be spilled), cuts their open batches, marks their batches in flight under a new
+    /// ticket and returns clones of them to write.
     pub(crate) fn start_spill(&mut self, want: usize) -> (u64, Vec<(u32, SizedBatches)>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
@@ -223,15 +471,30 @@ impl State {
             let Some((partition, size)) = self.victims.pop_largest() else {
                 break;
             };
+            debug_assert_eq!(self.partitions[partition as usize].bytes, size);
+            // Popped from the index: the cut's own index update must not find it there.
+            self.partitions[partition as usize].in_flight = Some(InFlight {
+                ticket,
+                count: 0,
+                bytes: 0,
+                size: 0,
+            });
+            let cut = self.cut(partition);
             let p = &mut self.partitions[partition as usize];
-            debug_assert!(p.in_flight.is_none() && !p.read && p.bytes == size);
+            if cut.is_err() {
+                // Only a bug gets here; leave the partition out of this round.
+                p.in_flight = None;
+                continue;
+            }
+            debug_assert!(!p.read);
             p.in_flight = Some(InFlight {
                 ticket,
                 count: p.batches.len(),
-                bytes: size,
+                bytes: p.bytes,
+                size: p.batches.iter().map(|s| s.size).sum(),
             });
+            bytes += p.bytes;
             p.bytes = 0;
-            bytes += size;
             chosen.push((
                 partition,
                 p.batches
@@ -240,32 +503,39 @@ impl State {
                     .collect(),
             ));
         }
+        self.settle();
         (ticket, chosen)
     }
 
     /// Starts spilling exactly `partition`'s batches (for a direct write of an oversized batch).
     /// `None` if it is being spilled already.
-    pub(crate) fn start_spill_of(&mut self, partition: u32) -> Option<(u64, SizedBatches)> {
-        let ticket = self.next_ticket;
-        let p = &mut self.partitions[partition as usize];
-        if p.in_flight.is_some() {
-            return None;
+    pub(crate) fn start_spill_of(
+        &mut self,
+        partition: u32,
+    ) -> Result<Option<(u64, SizedBatches)>, Error> {
+        if self.partitions[partition as usize].in_flight.is_some() {
+            return Ok(None);
         }
+        self.cut(partition)?;
+        self.settle();
+        let ticket = self.next_ticket;
         self.next_ticket += 1;
+        let p = &mut self.partitions[partition as usize];
         self.victims.update(partition, p.bytes, 0);
         p.in_flight = Some(InFlight {
             ticket,
             count: p.batches.len(),
             bytes: p.bytes,
+            size: p.batches.iter().map(|s| s.size).sum(),
         });
         p.bytes = 0;
-        Some((
+        Ok(Some((
             ticket,
             p.batches
                 .iter()
                 .map(|s| (s.batch.clone(), s.size))
                 .collect(),
-        ))
+        )))
     }
 
     /// Completes a spill of `partition` under `ticket`: its in-flight batches leave memory and
@@ -282,15 +552,19 @@ impl State {
             return segments;
         };
         p.in_flight = None;
-        let freed: usize = p
-            .batches
-            .drain(..flight.count)
-            .map(|s| self.allocations.remove(&s.allocations))
-            .sum();
-        self.bytes_spilled += flight.bytes as u64;
+        let spilled: Vec<Stored> = p.batches.drain(..flight.count).collect();
+        let rows: usize = spilled.iter().map(|s| s.batch.num_rows()).sum();
+        p.memory_rows -= rows;
+        p.spilled_rows += rows;
         p.segments.extend(segments);
-        self.victims.update(partition, 0, p.bytes);
-        self.reservation.shrink(freed);
+        let now = p.bytes;
+        for s in &spilled {
+            self.allocations.remove(&s.allocations);
+            self.extra -= s.overhead;
+        }
+        self.bytes_spilled += flight.size as u64;
+        self.victims.update(partition, 0, now);
+        self.settle();
         Vec::new()
     }
 
@@ -307,9 +581,11 @@ impl State {
         if let Err(e) = self.check_writable(partition) {
             return Err((e, segments));
         }
-        self.partitions[partition as usize]
-            .segments
-            .extend(segments);
+        // Rows other producers wrote meanwhile are in memory and read after these segments;
+        // this producer's earlier rows were spilled ahead of them by the direct write.
+        let p = &mut self.partitions[partition as usize];
+        p.segments.extend(segments);
+        p.spilled_rows += rows;
         self.batches_written += 1;
         self.rows_written += rows as u64;
         self.bytes_written += size as u64;
@@ -332,38 +608,49 @@ impl State {
     pub(crate) fn partition_sizes(&self) -> Vec<PartitionSize> {
         self.partitions
             .iter()
-            .map(|p| PartitionSize {
-                memory_bytes: p.batches.iter().map(|s| s.size).sum(),
-                memory_batches: p.batches.len(),
-                spilled_bytes: p.segments.iter().map(SegmentRef::memory_bytes).sum(),
-                segments: p.segments.len(),
-                spilling: p.in_flight.is_some(),
+            .map(|p| {
+                let open = p.open.as_ref().map_or(0, |o| o.rows());
+                PartitionSize {
+                    memory_bytes: p.batches.iter().map(Stored::cost).sum::<usize>() + p.open_charge,
+                    memory_batches: p.batches.len() + usize::from(open > 0),
+                    memory_rows: p.memory_rows,
+                    spilled_bytes: p.segments.iter().map(SegmentRef::memory_bytes).sum(),
+                    spilled_rows: p.spilled_rows,
+                    segments: p.segments.len(),
+                    spilling: p.in_flight.is_some(),
+                }
             })
             .collect()
     }
 
-    /// Takes every batch and segment out (on close); returns the segments to drop after unlock.
-    pub(crate) fn drain_all(&mut self) -> (Vec<Stored>, Vec<SegmentRef>) {
+    /// Takes every batch, open batch and segment out (on close); returns them to drop after
+    /// unlock.
+    pub(crate) fn drain_all(&mut self) -> (Vec<Stored>, Vec<OpenBatch>, Vec<SegmentRef>) {
         let mut batches = Vec::new();
+        let mut open = Vec::new();
         let mut segments = Vec::new();
         for (i, p) in self.partitions.iter_mut().enumerate() {
-            if p.in_flight.take().is_none() {
+            if p.in_flight.take().is_none() && !p.read {
                 self.victims.update(i as u32, p.bytes, 0);
             }
             p.bytes = 0;
+            p.open_charge = 0;
+            p.memory_rows = 0;
             batches.append(&mut p.batches);
+            open.extend(p.open.take());
             segments.append(&mut p.segments);
         }
         for stored in &batches {
             self.allocations.remove(&stored.allocations);
         }
+        self.extra = 0;
         self.reservation.free();
-        (batches, segments)
+        (batches, open, segments)
     }
 
     /// `Err` if the reservation and the bytes held disagree.
     pub(crate) fn check_balance(&self) -> Result<(), Error> {
-        let (reserved, held) = (self.reservation.size(), self.allocations.bytes());
+        let (reserved, held) = (self.reservation.size(), self.held());
         if reserved == held {
             Ok(())
         } else {

@@ -13,23 +13,24 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use arrow_array::RecordBatch;
-use arrow_shards_memory::sizing::batch_allocations;
+use arrow_array::{RecordBatch, UInt32Array};
 use tokio::sync::oneshot::error::RecvError;
 
+use crate::compact::copy_bytes;
+use crate::scatter::scatter;
 use crate::schema_check::conform;
+use crate::shard::{Shard, Stored};
 use crate::spiller::{DirectReply, Landed, NeedGuard};
-use crate::state::Stored;
 use crate::{Error, ShardBuffer, WriteError};
 
 /// What a write attempt came to.
 enum Attempt {
     Done,
-    /// No room now; the batch is back for another try.
+    /// No room now; the shard is back for another try.
     Full {
         error: Error,
         needed: usize,
-        stored: Stored,
+        shard: Shard,
     },
 }
 
@@ -38,9 +39,36 @@ enum Plan {
     /// A valid zero-row batch: accepted, stored nowhere.
     Nothing,
     /// Into memory, waiting for room if needed.
-    Memory(Stored),
+    Memory(Shard),
     /// Larger than the whole limit: straight to disk.
     Disk(Stored),
+}
+
+/// The partition of each row of a scatter write: a `UInt32Array` (no nulls) or a `&[u32]`.
+#[derive(Debug, Clone, Copy)]
+pub enum PartitionIds<'a> {
+    /// An Arrow array; a null id is an error.
+    Array(&'a UInt32Array),
+    /// Plain ids.
+    Slice(&'a [u32]),
+}
+
+impl<'a> From<&'a UInt32Array> for PartitionIds<'a> {
+    fn from(ids: &'a UInt32Array) -> Self {
+        PartitionIds::Array(ids)
+    }
+}
+
+impl<'a> From<&'a [u32]> for PartitionIds<'a> {
+    fn from(ids: &'a [u32]) -> Self {
+        PartitionIds::Slice(ids)
+    }
+}
+
+impl<'a> From<&'a Vec<u32>> for PartitionIds<'a> {
+    fn from(ids: &'a Vec<u32>) -> Self {
+        PartitionIds::Slice(ids)
+    }
 }
 
 impl ShardBuffer {
@@ -54,9 +82,74 @@ impl ShardBuffer {
     /// future commits it, so its segment is dropped instead. The batch is in the buffer exactly
     /// when the future returned `Ok`.
     pub async fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
-        let mut stored = match self.prepare(partition, batch)? {
+        let plan = self.prepare(partition, batch)?;
+        self.write_plan(partition, plan).await
+    }
+
+    /// Writes every row of `batch` to the partition `partitions` names for it, in one step: all
+    /// rows are accepted, or none and the whole batch comes back in the error. Waits for memory
+    /// like [`write`](Self::write) and is cancel-safe the same way.
+    ///
+    /// Rows are grouped by partition with one counting sort and one gather (O(rows +
+    /// partitions)); each partition's rows are then copied into its open batch, or kept as a
+    /// slice when they reach the compaction target. Within a partition rows keep their order.
+    /// The ids must be one per row, not null, and below [`num_partitions`](Self::num_partitions)
+    /// ([`Error::PartitionIdsLength`], [`Error::NullPartitionId`],
+    /// [`Error::PartitionIdOutOfRange`]). The batch must fit in the memory limit as a whole
+    /// (split larger ones); the error's [`WriteError::partition`] is the partition it names,
+    /// or the first partition the batch has rows for.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use arrow_array::{Int64Array, RecordBatch, UInt32Array};
+    /// use arrow_schema::{DataType, Field, Schema};
+    /// use arrow_shards::ShardBuffer;
+    ///
+    /// let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    /// let buffer = ShardBuffer::builder(schema.clone(), 3).build()?;
+    /// let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![10, 11, 12, 13]))])?;
+    /// buffer.write_partitioned_blocking(batch, &UInt32Array::from(vec![2, 0, 2, 1]))?;
+    /// buffer.finish()?;
+    /// assert_eq!(buffer.read(2)?.concat()?.num_rows(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn write_partitioned<'a>(
+        &self,
+        batch: RecordBatch,
+        partitions: impl Into<PartitionIds<'a>>,
+    ) -> Result<(), WriteError> {
+        let (partition, plan) = self.prepare_scatter(batch, partitions.into())?;
+        self.write_plan(partition, plan).await
+    }
+
+    /// [`write_partitioned`](Self::write_partitioned), parking the thread while memory is full.
+    pub fn write_partitioned_blocking<'a>(
+        &self,
+        batch: RecordBatch,
+        partitions: impl Into<PartitionIds<'a>>,
+    ) -> Result<(), WriteError> {
+        let (partition, plan) = self.prepare_scatter(batch, partitions.into())?;
+        self.write_plan_blocking(partition, plan)
+    }
+
+    /// [`write_partitioned`](Self::write_partitioned) if it fits now; never waits. A refusal
+    /// asks the spiller to make room for it, so a later try may fit.
+    pub fn try_write_partitioned<'a>(
+        &self,
+        batch: RecordBatch,
+        partitions: impl Into<PartitionIds<'a>>,
+    ) -> Result<(), WriteError> {
+        match self.prepare_scatter(batch, partitions.into())? {
+            (_, Plan::Nothing) => Ok(()),
+            (partition, Plan::Memory(shard)) => self.last_try(partition, shard),
+            (partition, Plan::Disk(stored)) => self.last_try(partition, Shard::Whole(stored)),
+        }
+    }
+
+    async fn write_plan(&self, partition: u32, plan: Plan) -> Result<(), WriteError> {
+        let mut stored = match plan {
             Plan::Nothing => return Ok(()),
-            Plan::Memory(stored) => stored,
+            Plan::Memory(shard) => shard,
             Plan::Disk(stored) => return self.write_direct_async(partition, stored).await,
         };
         let deadline = self
@@ -93,9 +186,14 @@ impl ShardBuffer {
     /// or up to `with_write_timeout`). Do not call it from an async task; use
     /// [`write`](Self::write) there.
     pub fn write_blocking(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
-        let mut stored = match self.prepare(partition, batch)? {
+        let plan = self.prepare(partition, batch)?;
+        self.write_plan_blocking(partition, plan)
+    }
+
+    fn write_plan_blocking(&self, partition: u32, plan: Plan) -> Result<(), WriteError> {
+        let mut stored = match plan {
             Plan::Nothing => return Ok(()),
-            Plan::Memory(stored) => stored,
+            Plan::Memory(shard) => shard,
             Plan::Disk(stored) => return self.write_direct_blocking(partition, stored),
         };
         let deadline = self.shared.config.write_timeout.map(|t| Instant::now() + t);
@@ -117,11 +215,13 @@ impl ShardBuffer {
     }
 
     /// Writes `batch` to `partition` if it fits in memory now; never waits and never writes to
-    /// disk itself (a refusal does wake the spiller, so a later try may fit).
+    /// disk itself. A refusal asks the spiller to make room for this batch (even below the spill
+    /// threshold), so a later try fits once a spill round has run.
     pub fn try_write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
         match self.prepare(partition, batch)? {
             Plan::Nothing => Ok(()),
-            Plan::Memory(stored) | Plan::Disk(stored) => self.last_try(partition, stored),
+            Plan::Memory(shard) => self.last_try(partition, shard),
+            Plan::Disk(stored) => self.last_try(partition, Shard::Whole(stored)),
         }
     }
 
@@ -138,36 +238,82 @@ impl ShardBuffer {
                 Err(e) => Err(WriteError::new(partition, e, batch)),
             };
         }
-        let allocations = batch_allocations(&batch);
-        let size = allocations.iter().map(|a| a.capacity).sum();
-        let stored = Stored {
-            batch,
-            allocations,
-            size,
-        };
-        let oversized =
-            self.spiller.is_some() && self.shared.pool.limit().is_some_and(|limit| size > limit);
+        if let Some(config) = self
+            .shared
+            .compact
+            .filter(|c| batch.num_rows() < c.target_rows)
+            && crate::compact::compactable(&self.shared.schema, &batch)
+            && copy_bytes(&batch) < config.target_bytes
+        {
+            return Ok(Plan::Memory(Shard::Small(batch)));
+        }
+        let stored = Stored::new(batch);
+        let oversized = self.spiller.is_some()
+            && self
+                .shared
+                .pool
+                .limit()
+                .is_some_and(|limit| stored.cost() > limit);
         Ok(if oversized {
             Plan::Disk(stored)
         } else {
-            Plan::Memory(stored)
+            Plan::Memory(Shard::Whole(stored))
         })
     }
 
+    /// Checks schema and partition ids and groups the rows by partition (outside the lock).
+    fn prepare_scatter(
+        &self,
+        batch: RecordBatch,
+        ids: PartitionIds<'_>,
+    ) -> Result<(u32, Plan), WriteError> {
+        let first = |ids: PartitionIds<'_>| {
+            match ids {
+                PartitionIds::Array(a) => a.values().first().copied(),
+                PartitionIds::Slice(s) => s.first().copied(),
+            }
+            .unwrap_or(0)
+        };
+        let partition = first(ids);
+        let batch = conform(&self.shared.schema, batch)
+            .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
+        let scattered = scatter(batch, ids, self.shared.num_partitions)
+            .map_err(|(e, batch)| WriteError::new(error_partition(&e, partition), e, batch))?;
+        if scattered.ranges.is_empty() {
+            return match self.shared.lock().check_open() {
+                Ok(()) => Ok((partition, Plan::Nothing)),
+                Err(e) => Err(WriteError::new(partition, e, scattered.original)),
+            };
+        }
+        Ok((
+            partition,
+            Plan::Memory(Shard::Scattered(Box::new(scattered))),
+        ))
+    }
+
     /// One try under the lock; wakes the spiller when the pool is past its threshold.
-    fn attempt(&self, partition: u32, stored: Stored) -> Result<Attempt, WriteError> {
-        let result = self.shared.lock().try_insert(partition, stored);
+    fn attempt(&self, partition: u32, shard: Shard) -> Result<Attempt, WriteError> {
+        let result = self.shared.lock().try_insert(partition, shard);
         match result {
             Ok(()) => {
                 self.wake_spiller_if_over_threshold();
                 Ok(Attempt::Done)
             }
-            Err((error @ Error::MemoryExhausted { needed, .. }, stored)) => Ok(Attempt::Full {
+            Err((error @ Error::MemoryExhausted { needed, limit, .. }, shard))
+                if needed <= limit =>
+            {
+                Ok(Attempt::Full {
+                    error,
+                    needed,
+                    shard,
+                })
+            }
+            // More than the whole limit (a scattered batch): waiting would never end.
+            Err((error, shard)) => Err(WriteError::new(
+                error_partition(&error, partition),
                 error,
-                needed,
-                stored,
-            }),
-            Err((error, stored)) => Err(WriteError::new(partition, error, stored.batch)),
+                shard.into_batch(),
+            )),
         }
     }
 
@@ -176,18 +322,18 @@ impl ShardBuffer {
     fn try_or_wait<'a>(
         &'a self,
         partition: u32,
-        stored: Stored,
+        shard: Shard,
         need: &mut Option<NeedGuard<'a>>,
-    ) -> Result<Option<Stored>, WriteError> {
-        match self.attempt(partition, stored)? {
+    ) -> Result<Option<Shard>, WriteError> {
+        match self.attempt(partition, shard)? {
             Attempt::Done => Ok(None),
             Attempt::Full {
                 error,
                 needed,
-                stored,
+                shard,
             } => match self.may_wait(error, needed, need) {
-                Ok(()) => Ok(Some(stored)),
-                Err(error) => Err(WriteError::new(partition, error, stored.batch)),
+                Ok(()) => Ok(Some(shard)),
+                Err(error) => Err(WriteError::new(partition, error, shard.into_batch())),
             },
         }
     }
@@ -224,14 +370,21 @@ impl ShardBuffer {
         }
     }
 
-    fn last_try(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
-        match self.attempt(partition, stored)? {
+    /// The last try of a write that will not wait; a refusal asks the spiller to make room for
+    /// `needed` bytes in its next round (even below the threshold).
+    fn last_try(&self, partition: u32, shard: Shard) -> Result<(), WriteError> {
+        match self.attempt(partition, shard)? {
             Attempt::Done => Ok(()),
-            Attempt::Full { error, stored, .. } => {
+            Attempt::Full {
+                error,
+                shard,
+                needed,
+            } => {
                 if let (Some(spiller), Some(side)) = (&self.spiller, &self.shared.spill) {
+                    side.request(needed);
                     spiller.wake(side);
                 }
-                Err(WriteError::new(partition, error, stored.batch))
+                Err(WriteError::new(partition, error, shard.into_batch()))
             }
         }
     }
@@ -302,5 +455,13 @@ impl ShardBuffer {
             .counters
             .write_wait_nanos
             .fetch_add(nanos, Ordering::Relaxed);
+    }
+}
+
+/// The partition an error names, else `fallback`.
+fn error_partition(error: &Error, fallback: u32) -> u32 {
+    match error {
+        Error::Sealed { partition } | Error::PartitionIdOutOfRange { partition, .. } => *partition,
+        _ => fallback,
     }
 }

@@ -53,6 +53,25 @@ pub fn batch_memory_size(batch: &RecordBatch) -> usize {
     batch_allocations(batch).iter().map(|a| a.capacity).sum()
 }
 
+/// Fixed bytes a batch held in memory costs beyond its buffers' capacities: the batch's column
+/// list, one `Arc`'d array struct per column, one `Arc`'d `Bytes` header per allocation, the
+/// allocator's header on each of those, and a holder's per-batch bookkeeping (an entry in its
+/// batch list, the batch's allocation list, one allocation-set entry per allocation).
+///
+/// The constants are calibrated by the counting-allocator test
+/// `crates/arrow-shards/tests/alloc_accounting.rs` (see `docs/memory-accounting.md`); for a
+/// 16-column, 8-row batch they are most of what it costs.
+pub fn batch_overhead(batch: &RecordBatch, allocations: usize) -> usize {
+    BATCH_OVERHEAD + batch.num_columns() * COLUMN_OVERHEAD + allocations * ALLOCATION_OVERHEAD
+}
+
+/// Per batch: the holder's entry (~120 bytes with vector slack) and the column list.
+pub const BATCH_OVERHEAD: usize = 160;
+/// Per column: an `Arc<dyn Array>` (arrays are 96-150 bytes) with its allocator header.
+pub const COLUMN_OVERHEAD: usize = 160;
+/// Per allocation: the `Arc<Bytes>` (~88 bytes), its allocation-list and allocation-set entries.
+pub const ALLOCATION_OVERHEAD: usize = 144;
+
 /// Sorting and deduplicating a short list beats hashing it: a batch has a few buffers per column.
 fn distinct(mut seen: Vec<Allocation>) -> Vec<Allocation> {
     seen.sort_unstable_by_key(|a| a.ptr);

@@ -28,7 +28,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::buffer::Shared;
 use crate::builder::SpillConfig;
-use crate::state::{SizedBatches, Stored};
+use crate::shard::Stored;
+use crate::state::SizedBatches;
 use crate::{Error, WriteError};
 
 /// What the spiller is asked to do.
@@ -58,6 +59,9 @@ pub(crate) struct SpillSide {
     /// What the writers waiting for room right now need, in total (see [`NeedGuard`]). A gauge,
     /// not a last value: a writer that fit or gave up no longer counts.
     waiting_need: AtomicUsize,
+    /// The largest need of a refused `try_write` since the last round: the next round makes
+    /// room for it, then forgets it (a `try_write` does not wait, so no guard can count it).
+    requested: AtomicUsize,
 }
 
 /// Counts a waiting writer's need in [`SpillSide`] until the write returns or is dropped.
@@ -89,7 +93,13 @@ impl SpillSide {
             config,
             wake_pending: AtomicBool::new(false),
             waiting_need: AtomicUsize::new(0),
+            requested: AtomicUsize::new(0),
         }
+    }
+
+    /// Asks the next round to make room for `bytes` (a refused `try_write`).
+    pub(crate) fn request(&self, bytes: usize) {
+        self.requested.fetch_max(bytes, Ordering::AcqRel);
     }
 }
 
@@ -204,7 +214,12 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
 /// reached disk); later rounds continue down to the target.
 fn round(shared: &Shared, side: &SpillSide, first: bool) -> bool {
     let limit = shared.pool.limit().unwrap_or(usize::MAX);
-    let need = side.waiting_need.load(Ordering::Acquire);
+    let need = side.waiting_need.load(Ordering::Acquire)
+        + if first {
+            side.requested.swap(0, Ordering::AcqRel)
+        } else {
+            0
+        };
 
     let goal = side.config.target_bytes.min(limit.saturating_sub(need));
     let reserved = shared.pool.reserved();
@@ -310,8 +325,8 @@ fn direct(
             .err()
             .or_else(|| state.spill_error.clone().map(Error::Spill));
         match refused {
-            Some(error) => None.ok_or(error),
-            None => Ok(state.start_spill_of(partition)),
+            Some(error) => Err(error),
+            None => state.start_spill_of(partition),
         }
     };
     let (ticket, batches) = match start {

@@ -29,7 +29,10 @@ fn reserved_bytes_match_arrow_tracking_pool_for_a_gib_of_slices_and_takes() {
     const ROWS: usize = 16 << 20; // 16 Mi rows x 16 bytes = 256 MiB per input batch
     const PARTS: u32 = 64;
     let schema = big_batch(1, 0).schema();
-    let buffer = ShardBuffer::builder(schema, PARTS).build().unwrap();
+    let buffer = ShardBuffer::builder(schema, PARTS)
+        .with_compact_target_rows(0)
+        .build()
+        .unwrap();
     let mut held = Vec::new();
     for i in 0..4 {
         let input = big_batch(ROWS, (i * ROWS) as i64);
@@ -70,19 +73,28 @@ fn reserved_bytes_match_arrow_tracking_pool_for_a_gib_of_slices_and_takes() {
 #[test]
 fn shared_parent_is_released_by_the_last_partition_read() {
     let input = big_batch(1000, 0);
-    let buffer = ShardBuffer::builder(input.schema(), 2).build().unwrap();
+    let buffer = ShardBuffer::builder(input.schema(), 2)
+        .with_compact_target_rows(0)
+        .build()
+        .unwrap();
     buffer.write_blocking(0, input.slice(0, 500)).unwrap();
     buffer.write_blocking(1, input.slice(500, 500)).unwrap();
     let whole = arrow_shards_memory::sizing::batch_memory_size(&input);
-    assert_eq!(buffer.metrics().reserved, whole);
+    // each slice costs its fixed overhead on top of the parent, which is charged once
+    let overhead = |b: &arrow_array::RecordBatch| arrow_shards::batch_cost(b) - whole;
+    let (o0, o1) = (
+        overhead(&input.slice(0, 500)),
+        overhead(&input.slice(500, 500)),
+    );
+    assert_eq!(buffer.metrics().reserved, whole + o0 + o1);
     buffer.finish().unwrap();
     let r0 = buffer.read(0).unwrap();
     // partition 1 still keeps the parent alive: the buffer keeps it charged
-    assert_eq!(buffer.metrics().reserved, whole);
+    assert_eq!(buffer.metrics().reserved, whole + o1);
     let r1 = buffer.read(1).unwrap();
     // now only the readers hold it, charged once between them
     assert_eq!(buffer.metrics().reserved, 0);
-    assert_eq!(buffer.memory_pool().reserved(), whole);
+    assert_eq!(buffer.memory_pool().reserved(), whole + o0 + o1);
     drop((r0, r1));
     assert_eq!(buffer.memory_pool().reserved(), 0);
 }
@@ -91,6 +103,7 @@ fn shared_parent_is_released_by_the_last_partition_read() {
 fn reader_releases_as_it_hands_over_and_on_drop_half_way() {
     let schema = big_batch(1, 0).schema();
     let buffer = ShardBuffer::builder(schema, 1)
+        .with_compact_target_rows(0)
         .with_read_batch_rows(0)
         .build()
         .unwrap();
@@ -111,14 +124,16 @@ fn reader_releases_as_it_hands_over_and_on_drop_half_way() {
 #[test]
 fn buffers_sharing_a_pool_share_one_budget() {
     let one = big_batch(1000, 0);
-    let size = arrow_shards_memory::sizing::batch_memory_size(&one);
+    let size = arrow_shards::batch_cost(&one);
     let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(size * 3));
     let a = ShardBuffer::builder(one.schema(), 2)
+        .with_compact_target_rows(0)
         .with_memory_pool(pool.clone())
         .with_spill_disabled()
         .build()
         .unwrap();
     let b = ShardBuffer::builder(one.schema(), 2)
+        .with_compact_target_rows(0)
         .with_memory_pool(pool.clone())
         .with_spill_disabled()
         .build()

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_shards::ShardBuffer;
-use arrow_shards_memory::sizing::batch_memory_size;
+use arrow_shards::batch_cost as batch_memory_size;
 use arrow_shards_spill::SpillError;
 
 use crate::harness::{ReadOutcome, keys, read_all, run_files, spill_error, watchdog};
@@ -78,6 +78,7 @@ fn one_run(read_rows: usize) -> OneRun {
     let memory: Vec<RecordBatch> = (0..3).map(|p| batch(p * 1000 + 500, 7)).collect();
     let limit: usize = spilled.iter().map(batch_memory_size).sum();
     let buffer = ShardBuffer::builder(spilled[0].schema(), 3)
+        .with_compact_target_rows(0)
         .with_memory_limit(limit)
         .with_spill_threshold(1.0)
         .with_spill_target(0.0)
@@ -240,6 +241,7 @@ fn damage_to_a_later_file_keeps_the_rows_before_it() {
     let make = || {
         let root = tempfile::tempdir().unwrap();
         let buffer = ShardBuffer::builder(written[0].schema(), 1)
+            .with_compact_target_rows(0)
             .with_memory_limit(0)
             .with_spill_dir(root.path())
             .build()

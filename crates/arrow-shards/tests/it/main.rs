@@ -16,6 +16,7 @@ mod fuzz_replay;
 mod harness;
 mod load;
 mod pressure;
+mod read_budget;
 mod shutdown;
 mod spilling;
 mod waiting;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_shards::batch_cost as batch_memory_size;
 use arrow_shards::{BoundedPool, Error, MemoryPool, ShardBuffer};
-use arrow_shards_memory::sizing::batch_memory_size;
 
 use crate::harness::{keys, read_all, run_files, spill_error, watchdog};
 
@@ -22,12 +22,14 @@ fn waiting_setup(spill: bool) -> (ShardBuffer, ShardBuffer, tempfile::TempDir) {
     let size = batch_memory_size(&batch(0, 1000));
     let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(size));
     let other = ShardBuffer::builder(batch(0, 1).schema(), 1)
+        .with_compact_target_rows(0)
         .with_memory_pool(pool.clone())
         .with_spill_disabled()
         .build()
         .unwrap();
     other.write_blocking(0, batch(0, 1000)).unwrap();
     let builder = ShardBuffer::builder(batch(0, 1).schema(), 2)
+        .with_compact_target_rows(0)
         .with_memory_pool(pool)
         .with_write_timeout(Duration::from_secs(3600));
     let buffer = if spill {
@@ -109,6 +111,7 @@ fn dropped_write_futures_insert_whole_batches_or_nothing_and_leak_nothing() {
     let root = tempfile::tempdir().unwrap();
     let size = batch_memory_size(&batch(0, 1000));
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 4)
+        .with_compact_target_rows(0)
         .with_memory_limit(size * 6)
         .with_spill_dir(root.path())
         .with_read_batch_rows(0)
@@ -185,6 +188,7 @@ fn a_dropped_oversized_write_never_lands() {
     let root = tempfile::tempdir().unwrap();
     let small = batch_memory_size(&batch(0, 1000));
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 2)
+        .with_compact_target_rows(0)
         .with_memory_limit(small * 4)
         .with_spill_dir(root.path())
         .with_read_batch_rows(0)
@@ -250,6 +254,7 @@ fn a_reader_dropped_half_way_releases_memory_and_unreferenced_files() {
     let root = tempfile::tempdir().unwrap();
     let size = batch_memory_size(&batch(0, 1000));
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 2)
+        .with_compact_target_rows(0)
         .with_memory_limit(size * 4)
         .with_spill_dir(root.path())
         .with_spill_segment_bytes(size)
@@ -302,6 +307,7 @@ fn close_with_a_reader_open_fails_its_unread_segments_cleanly() {
     let root = tempfile::tempdir().unwrap();
     let size = batch_memory_size(&batch(0, 1000));
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 1)
+        .with_compact_target_rows(0)
         .with_memory_limit(size * 2)
         .with_spill_dir(root.path())
         .with_spill_segment_bytes(size)

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_shards::batch_cost as batch_memory_size;
 use arrow_shards::{BoundedPool, Error, MemoryPool, ShardBuffer};
-use arrow_shards_memory::sizing::batch_memory_size;
 use arrow_shards_spill::{FaultPlan, FsOp};
 
 fn batch(first: i64, rows: i64) -> RecordBatch {
@@ -45,6 +45,7 @@ fn data_that_fits_never_touches_disk() {
     let b = batch(0, 1000);
     let size = batch_memory_size(&b);
     let buffer = ShardBuffer::builder(b.schema(), 8)
+        .with_compact_target_rows(0)
         .with_memory_limit(size * 100)
         .with_spill_dir(root.path())
         .build()
@@ -69,6 +70,7 @@ fn spills_largest_partitions_and_reads_them_back_in_order() {
     let size = batch_memory_size(&batch(0, 1000));
     let limit = size * 10;
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 4)
+        .with_compact_target_rows(0)
         .with_memory_limit(limit)
         .with_spill_dir(root.path())
         .with_read_batch_rows(0)
@@ -133,6 +135,7 @@ fn a_batch_larger_than_the_limit_goes_to_disk_after_what_is_in_memory() {
     let big = batch(100, 100_000);
     let limit = batch_memory_size(&big) / 2;
     let buffer = ShardBuffer::builder(small.schema(), 2)
+        .with_compact_target_rows(0)
         .with_memory_limit(limit)
         .with_spill_dir(root.path())
         .with_read_batch_rows(0)
@@ -158,6 +161,7 @@ fn async_write_of_an_oversized_batch() {
     let root = tempfile::tempdir().unwrap();
     let big = batch(0, 50_000);
     let buffer = ShardBuffer::builder(big.schema(), 1)
+        .with_compact_target_rows(0)
         .with_memory_limit(1024)
         .with_spill_dir(root.path())
         .build()
@@ -175,6 +179,7 @@ fn writers_blocked_on_a_full_buffer_are_released_by_the_spiller() {
     let root = tempfile::tempdir().unwrap();
     let size = batch_memory_size(&batch(0, 1000));
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 16)
+        .with_compact_target_rows(0)
         .with_memory_limit(size * 4)
         .with_spill_dir(root.path())
         .build()
@@ -209,6 +214,7 @@ fn segment_files_are_deleted_once_read() {
     let root = tempfile::tempdir().unwrap();
     let size = batch_memory_size(&batch(0, 1000));
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 2)
+        .with_compact_target_rows(0)
         .with_memory_limit(size * 2)
         .with_spill_dir(root.path())
         .build()
@@ -235,6 +241,7 @@ fn a_failed_spill_keeps_batches_in_memory_and_reports_the_error() {
     let root = tempfile::tempdir().unwrap();
     let size = batch_memory_size(&batch(0, 1000));
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 4)
+        .with_compact_target_rows(0)
         .with_memory_limit(size * 4)
         .with_spill_dir(root.path())
         .with_read_batch_rows(0)
@@ -287,6 +294,7 @@ fn a_read_racing_a_spill_of_the_same_partition_loses_and_duplicates_nothing() {
         let root = tempfile::tempdir().unwrap();
         let size = batch_memory_size(&batch(0, 1000));
         let buffer = ShardBuffer::builder(batch(0, 1).schema(), 1)
+            .with_compact_target_rows(0)
             .with_memory_limit(size * 8)
             .with_spill_threshold(0.1)
             .with_spill_target(0.0)
@@ -316,6 +324,7 @@ fn buffers_sharing_a_pool_both_spill_to_stay_under_it() {
     let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(size * 6));
     let make = || {
         ShardBuffer::builder(batch(0, 1).schema(), 4)
+            .with_compact_target_rows(0)
             .with_memory_pool(pool.clone())
             .with_spill_dir(root.path())
             .build()
@@ -348,6 +357,7 @@ fn buffers_sharing_a_pool_both_spill_to_stay_under_it() {
 fn close_is_idempotent_and_refuses_later_writes() {
     let root = tempfile::tempdir().unwrap();
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), 1)
+        .with_compact_target_rows(0)
         .with_memory_limit(1 << 20)
         .with_spill_dir(root.path())
         .with_write_timeout(Duration::from_millis(1))

@@ -16,12 +16,13 @@ fn batch(rows: i64) -> RecordBatch {
 }
 
 fn size() -> usize {
-    arrow_shards_memory::sizing::batch_memory_size(&batch(1000))
+    arrow_shards::batch_cost(&batch(1000))
 }
 
 #[test]
 fn blocked_writer_is_released_by_a_read() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 2)
+        .with_compact_target_rows(0)
         .with_memory_limit(size())
         .with_spill_disabled()
         .with_write_timeout(Duration::from_secs(60))
@@ -43,6 +44,7 @@ fn blocked_writer_is_released_by_a_read() {
 #[test]
 fn blocked_writer_times_out_with_its_batch() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
+        .with_compact_target_rows(0)
         .with_memory_limit(size())
         .with_spill_disabled()
         .with_write_timeout(Duration::from_millis(30))
@@ -58,11 +60,13 @@ fn blocked_writer_times_out_with_its_batch() {
 fn async_writer_is_released_by_another_buffer_on_the_same_pool() {
     let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(size()));
     let other = ShardBuffer::builder(batch(1).schema(), 1)
+        .with_compact_target_rows(0)
         .with_memory_pool(pool.clone())
         .with_spill_disabled()
         .build()
         .unwrap();
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
+        .with_compact_target_rows(0)
         .with_memory_pool(pool)
         .with_spill_disabled()
         .with_write_timeout(Duration::from_secs(60))
@@ -93,6 +97,7 @@ fn async_writer_is_released_by_another_buffer_on_the_same_pool() {
 #[test]
 fn dropping_a_waiting_write_leaves_nothing_behind() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
+        .with_compact_target_rows(0)
         .with_memory_limit(size())
         .with_spill_disabled()
         .with_write_timeout(Duration::from_secs(60))

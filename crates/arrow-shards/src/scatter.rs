@@ -1,0 +1,157 @@
+//! The scatter write's first step: check a batch's partition ids and group its rows by
+//! partition, in O(rows + partitions).
+//!
+//! Rows are ordered by a stable counting sort of their ids and gathered with one `take` of the
+//! whole batch, outside the buffer's lock; each partition's rows are then one range of the
+//! reordered batch, which the buffer copies into the partition's open batch (or keeps as a
+//! slice, for a range at or above the compaction target). One gather per input batch instead of
+//! one `take` per partition: the per-call costs of arrow's kernels are paid once, not once per
+//! tiny shard (see `docs/architecture.md`, "Scatter write").
+
+use arrow_array::{Array, RecordBatch, UInt32Array};
+use arrow_select::take::take_record_batch;
+
+use crate::Error;
+use crate::shard::Scattered;
+use crate::write::PartitionIds;
+
+/// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`) and groups the
+/// rows by partition. The error hands `batch` back.
+pub(crate) fn scatter(
+    batch: RecordBatch,
+    ids: PartitionIds<'_>,
+    num_partitions: u32,
+) -> Result<Scattered, (Error, RecordBatch)> {
+    let ids = match ids {
+        PartitionIds::Array(array) => {
+            if let Some(nulls) = array.nulls().filter(|n| n.null_count() > 0) {
+                let row = nulls.iter().position(|valid| !valid).unwrap_or(0);
+                return Err((Error::NullPartitionId { row }, batch));
+            }
+            &array.values()[..]
+        }
+        PartitionIds::Slice(ids) => ids,
+    };
+    let rows = batch.num_rows();
+    if ids.len() != rows {
+        let error = Error::PartitionIdsLength {
+            rows,
+            ids: ids.len(),
+        };
+        return Err((error, batch));
+    }
+    let mut counts = vec![0usize; num_partitions as usize];
+    for (row, &id) in ids.iter().enumerate() {
+        match counts.get_mut(id as usize) {
+            Some(count) => *count += 1,
+            None => {
+                let error = Error::PartitionIdOutOfRange {
+                    row,
+                    partition: id,
+                    num_partitions,
+                };
+                return Err((error, batch));
+            }
+        }
+    }
+    let mut ranges = Vec::new();
+    let mut starts = vec![0usize; num_partitions as usize];
+    let mut next = 0;
+    for (partition, &count) in counts.iter().enumerate() {
+        starts[partition] = next;
+        if count > 0 {
+            ranges.push((partition as u32, next, count));
+        }
+        next += count;
+    }
+    if ranges.len() <= 1 {
+        // Every row goes to one partition (or there are none): no reordering.
+        let sorted = batch.clone();
+        return Ok(Scattered {
+            original: batch,
+            sorted,
+            ranges,
+        });
+    }
+    let mut order = vec![0u32; rows];
+    for (row, &id) in ids.iter().enumerate() {
+        let slot = &mut starts[id as usize];
+        order[*slot] = row as u32;
+        *slot += 1;
+    }
+    match take_record_batch(&batch, &UInt32Array::from(order)) {
+        Ok(sorted) => Ok(Scattered {
+            original: batch,
+            sorted,
+            ranges,
+        }),
+        Err(e) => Err((Error::Arrow(std::sync::Arc::new(e)), batch)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, Int64Array};
+
+    fn batch(n: i64) -> RecordBatch {
+        RecordBatch::try_from_iter([(
+            "a",
+            Arc::new(Int64Array::from_iter_values(0..n)) as ArrayRef,
+        )])
+        .unwrap()
+    }
+
+    #[test]
+    fn groups_rows_by_partition_keeping_input_order() {
+        let ids = UInt32Array::from(vec![2, 0, 2, 1, 0, 2]);
+        let s = scatter(batch(6), (&ids).into(), 3).unwrap();
+        assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (2, 3, 3)]);
+        let a = s
+            .sorted
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(a.values().to_vec(), vec![1, 4, 3, 0, 2, 5]);
+    }
+
+    #[test]
+    fn bad_ids_are_refused_with_the_batch() {
+        let (e, b) = scatter(batch(3), (&UInt32Array::from(vec![0, 1])).into(), 2).unwrap_err();
+        assert!(
+            matches!(e, Error::PartitionIdsLength { rows: 3, ids: 2 }),
+            "{e}"
+        );
+        assert_eq!(b.num_rows(), 3);
+        let (e, _) = scatter(
+            batch(3),
+            (&UInt32Array::from(vec![Some(0), None, Some(1)])).into(),
+            2,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::NullPartitionId { row: 1 }), "{e}");
+        let (e, _) = scatter(batch(3), (&[0u32, 1, 7][..]).into(), 2).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::PartitionIdOutOfRange {
+                    row: 2,
+                    partition: 7,
+                    num_partitions: 2
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn one_partition_needs_no_copy() {
+        let b = batch(4);
+        let s = scatter(b.clone(), (&vec![1u32; 4]).into(), 2).unwrap();
+        assert_eq!(s.ranges, vec![(1, 0, 4)]);
+        assert!(Arc::ptr_eq(s.sorted.column(0), b.column(0)));
+    }
+}

@@ -1,0 +1,78 @@
+//! What a write brings into the buffer: a whole batch to store as it is, a small batch to copy
+//! into its partition's open batch, or a batch scattered over many partitions.
+
+use arrow_array::RecordBatch;
+use arrow_shards_memory::sizing::{Allocation, batch_allocations, batch_overhead};
+
+/// A batch held in memory with the allocations it was charged for.
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub(crate) batch: RecordBatch,
+    pub(crate) allocations: Vec<Allocation>,
+    /// The batch's own size (`batch_memory_size`), used for per-partition sizes and hand-over.
+    pub(crate) size: usize,
+    /// Fixed bytes it costs besides its allocations ([`batch_overhead`]), charged on their own.
+    pub(crate) overhead: usize,
+}
+
+impl Stored {
+    /// Sizes `batch` by distinct allocation, with its fixed overhead.
+    pub(crate) fn new(batch: RecordBatch) -> Self {
+        let allocations = batch_allocations(&batch);
+        let size = allocations.iter().map(|a| a.capacity).sum();
+        let overhead = batch_overhead(&batch, allocations.len())
+            + allocations.capacity() * std::mem::size_of::<Allocation>();
+        Self {
+            batch,
+            allocations,
+            size,
+            overhead,
+        }
+    }
+
+    /// What spilling or reading it frees at most: its size and its overhead.
+    pub(crate) fn cost(&self) -> usize {
+        self.size + self.overhead
+    }
+}
+
+/// The bytes a buffer charges for holding `batch` as written (a whole batch, not copied into an
+/// open batch): its distinct allocations at their capacity plus its fixed overhead
+/// ([`batch_overhead`](arrow_shards_memory::sizing::batch_overhead)). Shared allocations are
+/// charged once per buffer, so several batches sharing a parent cost less than the sum.
+pub fn batch_cost(batch: &RecordBatch) -> usize {
+    Stored::new(batch.clone()).cost()
+}
+
+/// A batch whose rows go to many partitions, reordered so each partition's rows are one range.
+#[derive(Debug)]
+pub(crate) struct Scattered {
+    /// The batch as written, handed back if the write is refused.
+    pub(crate) original: RecordBatch,
+    /// Rows grouped by partition, in input order within each.
+    pub(crate) sorted: RecordBatch,
+    /// `(partition, start, len)` in `sorted`, ascending by partition, no empty range.
+    pub(crate) ranges: Vec<(u32, usize, usize)>,
+}
+
+/// One write's rows on their way in.
+#[derive(Debug)]
+pub(crate) enum Shard {
+    /// Stored as it is (at or above the compaction target, or compaction off).
+    Whole(Stored),
+    /// Copied into its partition's open batch.
+    Small(RecordBatch),
+    /// Spread over many partitions.
+    Scattered(Box<Scattered>),
+}
+
+impl Shard {
+    /// The batch as the caller wrote it.
+    pub(crate) fn into_batch(self) -> RecordBatch {
+        match self {
+            Shard::Whole(stored) => stored.batch,
+            Shard::Small(batch) => batch,
+            Shard::Scattered(s) => s.original,
+        }
+    }
+}
