@@ -82,10 +82,15 @@ impl Buffer {
         self.partitions
     }
 
-    /// Writes `batch` to `partition`; waits while the spiller makes room.
-    pub(crate) fn write(&self, partition: u32, batch: RecordBatch) -> Result<(), CliError> {
+    /// Writes each row of `batch` to the partition `ids` names; waits while the spiller makes
+    /// room.
+    pub(crate) fn write_partitioned(
+        &self,
+        batch: RecordBatch,
+        ids: &[u32],
+    ) -> Result<(), CliError> {
         self.inner
-            .write_blocking(partition, batch)
+            .write_partitioned_blocking(batch, ids)
             .map_err(|e| self.error(e.error()))
     }
 

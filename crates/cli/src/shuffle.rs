@@ -3,8 +3,9 @@
 //! Two phases, each on `--threads` threads inside `std::thread::scope`:
 //!
 //! 1. **Shuffle in.** Each thread takes the next input batch from the shared [`BatchStream`]
-//!    (decoding happens under its mutex, one batch at a time), splits it into one shard per
-//!    partition ([`Partitioner`]) and writes the shards into the shared buffer.
+//!    (decoding happens under its mutex, one batch at a time), computes each row's partition
+//!    ([`Partitioner`]) and writes the batch with those ids into the shared buffer (the
+//!    buffer's scatter write).
 //! 2. **Read back.** After `finish`, each thread takes the next partition number from an atomic
 //!    counter, reads that partition from the buffer exactly once and, with `--output`, writes it
 //!    to the partition's temporary file (with `--verify`, checking its rows on the way).
@@ -220,16 +221,15 @@ fn shuffle_in(
             .next_batch()?;
         let Some(batch) = batch else { break };
         let t = Instant::now();
-        let shards = partitioner
-            .split(&batch)
+        let rows = batch.num_rows() as u64;
+        let ids = partitioner
+            .partition_ids(&batch)
             .map_err(|e| CliError::Internal(format!("cannot partition a batch: {e}")))?;
         times.partition += t.elapsed();
         let t = Instant::now();
-        for (partition, shard) in shards {
-            buffer.write(partition, shard)?;
-        }
+        buffer.write_partitioned(batch, ids)?;
         times.write += t.elapsed();
-        progress.advance(batch.num_rows() as u64);
+        progress.advance(rows);
         if progress.is_shown() {
             progress.spilled(buffer.metrics().bytes_spilled);
         }

@@ -69,8 +69,9 @@ pub fn batch_overhead(batch: &RecordBatch, allocations: usize) -> usize {
 pub const BATCH_OVERHEAD: usize = 160;
 /// Per column: an `Arc<dyn Array>` (arrays are 96-150 bytes) with its allocator header.
 pub const COLUMN_OVERHEAD: usize = 160;
-/// Per allocation: the `Arc<Bytes>` (~88 bytes), its allocation-list and allocation-set entries.
-pub const ALLOCATION_OVERHEAD: usize = 144;
+/// Per allocation: the `Arc<Bytes>` header and the allocation-set entry (the allocation list is
+/// counted at its capacity by the holder).
+pub const ALLOCATION_OVERHEAD: usize = 96;
 
 /// Sorting and deduplicating a short list beats hashing it: a batch has a few buffers per column.
 fn distinct(mut seen: Vec<Allocation>) -> Vec<Allocation> {

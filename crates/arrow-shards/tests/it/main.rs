@@ -18,5 +18,6 @@ mod load;
 mod pressure;
 mod read_budget;
 mod shutdown;
+mod small_shards;
 mod spilling;
 mod waiting;

@@ -1,0 +1,354 @@
+//! Small shards: compaction on write and the scatter write.
+//!
+//! - A property test: shard sizes from 0 to 20,000 rows, scatter writes and single-shard writes
+//!   interleaved from several producers, partitions sealed and read while others are written,
+//!   spills forced by a small limit: every accepted row comes back exactly once, per producer in
+//!   order; every refused batch is handed back whole.
+//! - Rows in a partly filled open batch survive a spill, a seal and read, a dropped write and a
+//!   close, and the pool is at zero afterwards.
+//! - A producer that only uses `try_write` against a pool just below the spill threshold gets in
+//!   after the spill round its refusal asked for.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow_schema::SchemaRef;
+use arrow_select::filter::filter_record_batch;
+use arrow_shards::{Error, ShardBuffer};
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::common::{KINDS, Written, assert_partition, batch, schema};
+
+/// Rows of `b` whose id is `p`, in order.
+fn rows_of(b: &RecordBatch, ids: &[u32], p: u32) -> RecordBatch {
+    let mask: BooleanArray = ids.iter().map(|&id| Some(id == p)).collect();
+    filter_record_batch(b, &mask).unwrap()
+}
+
+/// A shard size: mostly tiny, sometimes large, up to 20,000 rows.
+fn rows(rng: &mut StdRng) -> usize {
+    match rng.random_range(0..10) {
+        0 => 0,
+        1..=6 => rng.random_range(1..=16),
+        7 | 8 => rng.random_range(17..=2000),
+        _ => rng.random_range(2001..=20_000),
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    kinds: Vec<usize>,
+    partitions: u32,
+    limit: Option<usize>,
+    compact: bool,
+    producers: usize,
+    writes: usize,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        proptest::collection::vec(0..KINDS, 0..4),
+        prop_oneof![1u32..4, 4u32..300],
+        prop_oneof![Just(None), (256usize << 10..4 << 20).prop_map(Some)],
+        prop_oneof![4 => Just(true), 1 => Just(false)],
+        1usize..4,
+        10usize..60,
+        any::<u64>(),
+    )
+        .prop_map(
+            |(kinds, partitions, limit, compact, producers, writes, seed)| Case {
+                kinds,
+                partitions,
+                limit,
+                compact,
+                producers,
+                writes,
+                seed,
+            },
+        )
+}
+
+fn run(case: &Case) {
+    let schema: SchemaRef = schema(&case.kinds);
+    let dir = tempfile::tempdir().unwrap();
+    let mut builder = ShardBuffer::builder(schema.clone(), case.partitions)
+        .with_spill_dir(dir.path())
+        .with_spill_segment_bytes(64 << 10)
+        .with_compact_target_rows(if case.compact { 1024 } else { 0 });
+    if let Some(limit) = case.limit {
+        builder = builder.with_memory_limit(limit);
+    }
+    let buffer = builder.build().unwrap();
+    let sealed_reads: Mutex<HashMap<u32, RecordBatch>> = Mutex::new(HashMap::new());
+    let written = std::thread::scope(|s| {
+        // a reader that seals and reads the low partitions while producers write
+        let reader = {
+            let (buffer, sealed_reads) = (buffer.clone(), &sealed_reads);
+            s.spawn(move || {
+                for p in 0..case.partitions / 3 {
+                    std::thread::yield_now();
+                    buffer.seal(p).unwrap();
+                    let read = buffer.read(p).unwrap().concat().unwrap();
+                    sealed_reads.lock().unwrap().insert(p, read);
+                }
+            })
+        };
+        let handles: Vec<_> = (0..case.producers)
+            .map(|w| {
+                let (buffer, schema) = (buffer.clone(), schema.clone());
+                s.spawn(move || producer(&buffer, &schema, case, w))
+            })
+            .collect();
+        let mut all = Written::new();
+        for h in handles {
+            for (key, batches) in h.join().unwrap() {
+                all.entry(key).or_default().extend(batches);
+            }
+        }
+        reader.join().unwrap();
+        all
+    });
+    buffer.finish().unwrap();
+    let mut sealed_reads = sealed_reads.into_inner().unwrap();
+    for p in 0..case.partitions {
+        let read = match sealed_reads.remove(&p) {
+            Some(read) => read,
+            None => buffer.read(p).unwrap().concat().unwrap(),
+        };
+        assert_partition(&read, p, &written);
+    }
+    let pool = buffer.memory_pool().clone();
+    let m = buffer.close().unwrap();
+    assert_eq!(pool.reserved(), 0, "pool at zero after close");
+    assert_eq!(m.rows_read, m.rows_written, "{m:?}");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "spill files left"
+    );
+}
+
+/// One producer's writes; what it wrote, per partition, in order.
+fn producer(buffer: &ShardBuffer, schema: &SchemaRef, case: &Case, w: usize) -> Written {
+    let mut rng = StdRng::seed_from_u64(case.seed ^ ((w as u64) << 40));
+    let mut written = Written::new();
+    let mut seq: i64 = 0;
+    for _ in 0..case.writes {
+        let n = rows(&mut rng);
+        let b = batch(schema, &mut rng, w as i64, seq, n);
+        seq += n as i64;
+        if rng.random_bool(0.5) {
+            let ids: Vec<u32> = (0..n)
+                .map(|_| rng.random_range(0..case.partitions))
+                .collect();
+            let ids_array = UInt32Array::from(ids.clone());
+            let result = if rng.random_bool(0.5) {
+                buffer.write_partitioned_blocking(b.clone(), &ids_array)
+            } else {
+                buffer.write_partitioned_blocking(b.clone(), &ids)
+            };
+            match result {
+                Ok(()) => {
+                    for p in 0..case.partitions {
+                        let part = rows_of(&b, &ids, p);
+                        if part.num_rows() > 0 {
+                            written.entry((w as i64, p)).or_default().push(part);
+                        }
+                    }
+                }
+                Err(e) => {
+                    match e.error() {
+                        Error::Sealed { .. } => {}
+                        // a scattered batch larger than the whole limit is refused at once
+                        Error::MemoryExhausted { needed, limit, .. } => assert!(needed > limit),
+                        other => panic!("unexpected refusal: {other}"),
+                    }
+                    assert_eq!(e.into_batch(), b, "the whole batch comes back");
+                }
+            }
+        } else {
+            let p = rng.random_range(0..case.partitions);
+            match buffer.write_blocking(p, b.clone()) {
+                Ok(()) => written.entry((w as i64, p)).or_default().push(b),
+                Err(e) => {
+                    assert!(matches!(e.error(), Error::Sealed { .. }), "{e}");
+                    assert_eq!(e.into_batch(), b);
+                }
+            }
+        }
+    }
+    written
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_row_once_in_order_with_scatter_and_single_writes(case in case()) {
+        run(&case);
+    }
+}
+
+fn ints(range: std::ops::Range<i64>) -> RecordBatch {
+    RecordBatch::try_from_iter([(
+        "k",
+        std::sync::Arc::new(Int64Array::from_iter_values(range)) as ArrayRef,
+    )])
+    .unwrap()
+}
+
+fn keys(batches: impl IntoIterator<Item = RecordBatch>) -> Vec<i64> {
+    batches
+        .into_iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect()
+}
+
+#[test]
+fn rows_in_an_open_batch_survive_spill_seal_read_and_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let buffer = ShardBuffer::builder(ints(0..1).schema(), 4)
+        .with_memory_limit(1 << 20)
+        .with_spill_dir(dir.path())
+        .build()
+        .unwrap();
+    // partition 0: tiny shards, a spill in the middle, more tiny shards
+    for k in 0..100 {
+        buffer.write_blocking(0, ints(k..k + 1)).unwrap();
+    }
+    assert_eq!(buffer.partition_sizes()[0].memory_rows, 100);
+    assert_eq!(
+        buffer.partition_sizes()[0].memory_batches,
+        1,
+        "one open batch"
+    );
+    // a batch larger than the limit goes to disk through the spiller, after the open rows
+    buffer.write_blocking(0, ints(100..200_000)).unwrap();
+    for k in 200_000..200_050 {
+        buffer.write_blocking(0, ints(k..k + 1)).unwrap();
+    }
+    // partition 1: only an open batch, sealed and read
+    for k in 0..10 {
+        buffer.write_blocking(1, ints(k..k + 1)).unwrap();
+    }
+    buffer.seal(1).unwrap();
+    assert_eq!(
+        keys(buffer.read(1).unwrap().map(Result::unwrap)),
+        (0..10).collect::<Vec<_>>()
+    );
+    // partition 2: open rows left unread at close
+    for k in 0..10 {
+        buffer.write_blocking(2, ints(k..k + 1)).unwrap();
+    }
+    buffer.finish().unwrap();
+    let sizes = buffer.partition_sizes();
+    assert!(sizes[0].spilled_rows > 0, "{sizes:?}");
+    let expected: Vec<i64> = (0..200_050).collect();
+    assert_eq!(keys(buffer.read(0).unwrap().map(Result::unwrap)), expected);
+    let pool = buffer.memory_pool().clone();
+    let m = buffer.close().unwrap();
+    assert_eq!(pool.reserved(), 0);
+    assert_eq!(m.rows_written, 200_050 + 10 + 10);
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+}
+
+#[test]
+fn a_dropped_scatter_write_leaves_nothing_and_a_retry_lands_once() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let schema = ints(0..1).schema();
+    let buffer = ShardBuffer::builder(schema, 3)
+        .with_memory_limit(64 << 10)
+        .with_spill_disabled()
+        .with_write_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // open batches with a few rows each
+    for k in 0..30 {
+        buffer
+            .write_blocking((k % 3) as u32, ints(k..k + 1))
+            .unwrap();
+    }
+    // fill the pool with a big batch in partition 2 so the scatter write must wait
+    let filler = ints(1000..8000);
+    buffer.write_blocking(2, filler).unwrap();
+    let big = ints(100..1100);
+    let ids: Vec<u32> = (0..1000).map(|i| (i % 2) as u32).collect();
+    rt.block_on(async {
+        let write = buffer.write_partitioned(big.clone(), &ids);
+        // poll once: it waits for memory; then drop it
+        let dropped = tokio::time::timeout(Duration::from_millis(50), write).await;
+        assert!(dropped.is_err(), "the write had to wait: {dropped:?}");
+    });
+    buffer.seal(2).unwrap();
+    drop(buffer.read(2).unwrap());
+    buffer.write_partitioned_blocking(big, &ids).unwrap();
+    buffer.finish().unwrap();
+    let p0 = keys(buffer.read(0).unwrap().map(Result::unwrap));
+    let p1 = keys(buffer.read(1).unwrap().map(Result::unwrap));
+    let mut expected0: Vec<i64> = (0..30).filter(|k| k % 3 == 0).collect();
+    expected0.extend((100..1100).step_by(2));
+    let mut expected1: Vec<i64> = (0..30).filter(|k| k % 3 == 1).collect();
+    expected1.extend((101..1100).step_by(2));
+    assert_eq!(p0, expected0);
+    assert_eq!(p1, expected1);
+    let pool = buffer.memory_pool().clone();
+    buffer.close().unwrap();
+    assert_eq!(pool.reserved(), 0);
+}
+
+#[test]
+fn try_write_alone_gets_in_after_the_spill_round_its_refusal_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = ints(0..1000);
+    let cost = arrow_shards::batch_cost(&one);
+    // 10 batches fill 79% of the limit: below the 80% threshold, so nothing spills by itself
+    let limit = cost * 10 * 100 / 79;
+    let buffer = ShardBuffer::builder(one.schema(), 4)
+        .with_memory_limit(limit)
+        .with_spill_dir(dir.path())
+        .with_compact_target_rows(0)
+        .build()
+        .unwrap();
+    for i in 0..10 {
+        buffer
+            .try_write(i % 4, ints(i as i64 * 1000..(i as i64 + 1) * 1000))
+            .unwrap();
+    }
+    let mut next = ints(10_000..13_000);
+    let mut refusals = 0;
+    loop {
+        match buffer.try_write(0, next) {
+            Ok(()) => break,
+            Err(e) => {
+                assert!(matches!(e.error(), Error::MemoryExhausted { .. }), "{e}");
+                next = e.into_batch();
+                refusals += 1;
+                // a bounded wait for the spiller, not a timing assertion
+                assert!(
+                    refusals < 10_000,
+                    "try_write never got in: no spill round ran"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    assert!(refusals > 0, "the pool was full enough to refuse once");
+    assert!(buffer.metrics().bytes_spilled > 0);
+    buffer.finish().unwrap();
+    let mut all = Vec::new();
+    for p in 0..4 {
+        all.extend(keys(buffer.read(p).unwrap().map(Result::unwrap)));
+    }
+    all.sort();
+    assert_eq!(all, (0..13_000).collect::<Vec<_>>());
+    buffer.close().unwrap();
+}
