@@ -340,13 +340,28 @@ impl State {
         len: usize,
     ) -> usize {
         let config = self.compact.as_ref().expect("appends only with compaction");
-        match &self.partitions[partition as usize].open {
-            Some(open) if !open.is_full_for(config, len) => open.growth(batch, start, len, config),
+        let open = self.partitions[partition as usize].open.as_ref();
+        // A cut before the append (the open batch is full) or after it (it reaches the target)
+        // adds the cut batch's fixed overhead.
+        let (growth, rows) = match open {
+            Some(open) if !open.is_full_for(config, len) => {
+                (open.growth(batch, start, len, config), open.rows() + len)
+            }
             _ => {
                 let fresh = OpenBatch::new(&self.schema);
-                fresh.bytes() + fresh.growth(batch, start, len, config)
+                let cut_first = open.map_or(0, OpenBatch::cut_growth);
+                (
+                    cut_first + fresh.bytes() + fresh.growth(batch, start, len, config),
+                    len,
+                )
             }
-        }
+        };
+        let cut_after = if rows >= config.target_rows {
+            OpenBatch::new(&self.schema).cut_growth()
+        } else {
+            0
+        };
+        growth + cut_after
     }
 
     /// Copies `batch[start..start + len]` into `partition`'s open batch, cutting it first if it

@@ -91,6 +91,11 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_name = "N", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) batch_rows: u32,
 
+    /// Rows at which the buffer's per-partition open batches are cut: smaller shards are
+    /// copied into them (compaction on write). 0 keeps every shard as written.
+    #[arg(long, value_name = "N", default_value_t = 8192)]
+    pub(crate) compact_rows: u32,
+
     /// Format of the output files.
     #[arg(long, value_enum, default_value_t = FormatArg::Parquet)]
     pub(crate) format: FormatArg,

@@ -32,6 +32,8 @@ pub(crate) struct BufferSettings {
     pub(crate) compression: CompressionArg,
     /// `--batch-rows`, for reading partitions back.
     pub(crate) read_batch_rows: usize,
+    /// `--compact-rows`.
+    pub(crate) compact_rows: usize,
 }
 
 /// A handle on the shuffle buffer, shared by every thread.
@@ -51,6 +53,7 @@ impl Buffer {
     ) -> Result<Self, CliError> {
         let mut builder = ShardBuffer::builder(schema, partitions)
             .with_read_batch_rows(settings.read_batch_rows)
+            .with_compact_target_rows(settings.compact_rows)
             .with_compression(match settings.compression {
                 CompressionArg::None => Compression::None,
                 CompressionArg::Lz4 => Compression::Lz4,

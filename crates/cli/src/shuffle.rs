@@ -56,6 +56,7 @@ pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
         },
         compression: args.compression,
         read_batch_rows: args.batch_rows as usize,
+        compact_rows: args.compact_rows as usize,
     };
     let buffer = Buffer::new(inputs.schema.clone(), partitions, &settings)?;
     let progress = Progress::new(!args.quiet);

@@ -62,7 +62,12 @@ pub fn batch_memory_size(batch: &RecordBatch) -> usize {
 /// `crates/arrow-shards/tests/alloc_accounting.rs` (see `docs/memory-accounting.md`); for a
 /// 16-column, 8-row batch they are most of what it costs.
 pub fn batch_overhead(batch: &RecordBatch, allocations: usize) -> usize {
-    BATCH_OVERHEAD + batch.num_columns() * COLUMN_OVERHEAD + allocations * ALLOCATION_OVERHEAD
+    fixed_overhead(batch.num_columns(), allocations)
+}
+
+/// [`batch_overhead`] of a batch of `columns` columns and `allocations` allocations.
+pub fn fixed_overhead(columns: usize, allocations: usize) -> usize {
+    BATCH_OVERHEAD + columns * COLUMN_OVERHEAD + allocations * ALLOCATION_OVERHEAD
 }
 
 /// Per batch: the holder's entry (~120 bytes with vector slack) and the column list.

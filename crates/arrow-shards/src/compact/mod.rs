@@ -22,6 +22,7 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow_schema::{ArrowError, DataType, SchemaRef};
 
+use arrow_shards_memory::sizing::fixed_overhead;
 use column::{Hint, OpenColumn};
 
 /// When open batches are cut, and which writes are copied into them.
@@ -101,6 +102,15 @@ impl OpenBatch {
                 .iter()
                 .map(|c| c.bytes() + OPEN_COLUMN_OVERHEAD)
                 .sum::<usize>()
+    }
+
+    /// At most what cutting it adds to the charge: the cut batch's fixed overhead (at most three
+    /// allocations per column, and its allocation list) beyond the open batch's own.
+    pub(crate) fn cut_growth(&self) -> usize {
+        let columns = self.columns.len();
+        let allocations = 3 * columns;
+        fixed_overhead(columns, allocations)
+            + allocations * std::mem::size_of::<arrow_shards_memory::sizing::Allocation>()
     }
 
     /// Whether appending `len` more rows of `batch` (from `start`) would pass a target, so the

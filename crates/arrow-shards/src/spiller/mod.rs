@@ -9,6 +9,13 @@
 //!   for the *writer* to commit, so a write whose future was dropped never lands;
 //! - `Shutdown` from `close()` or the last handle's drop.
 //!
+//! A failed round (an I/O error writing the run) keeps its batches in memory and is tried again
+//! after a back-off (10 ms, doubling), up to five failures in a row. Then the error is recorded:
+//! waiting writers get it with their batch back, and so do later writes that would have to wait,
+//! while later wakes still try a round (at most once a second); the first round that succeeds
+//! clears the error and spilling goes on. A disk that stays full therefore fails writes with
+//! `Error::Spill` and loses nothing; a transient error costs a short wait.
+//!
 //! # Locking
 //! The spiller takes the buffer's `State` lock twice per round: to pick victims and mark their
 //! batches in flight (`State::start_spill`), and to commit or abort (`State::commit_spill`,
@@ -24,7 +31,9 @@ use std::thread::JoinHandle;
 
 use arrow_shards_memory::MemoryReservation;
 use arrow_shards_spill::{SegmentRef, SpillDir, SpillError};
-use crossbeam_channel::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::buffer::Shared;
 use crate::builder::SpillConfig;
@@ -181,17 +190,47 @@ impl Drop for Spiller {
     }
 }
 
+/// Attempts of a spill round that fail in a row before waiting writers get the error.
+pub(crate) const SPILL_ATTEMPTS: u32 = 5;
+/// The wait after the first failed attempt; doubled after each further one.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+/// After [`SPILL_ATTEMPTS`] failures, how often a wake may try again.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+/// What a round came to.
+enum Round {
+    /// It freed memory; another round may be needed.
+    Freed,
+    /// Nothing (more) to do.
+    Done,
+    /// Writing the run failed; its batches stayed in memory.
+    Failed(SpillError),
+}
+
 fn run(shared: &Shared, jobs: &Receiver<Job>) {
     let Some(side) = shared.spill.as_ref() else {
         return;
     };
+    let mut last_failure: Option<Instant> = None;
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Wake => {
                 side.wake_pending.store(false, Ordering::Release);
-                let mut first = true;
-                while round(shared, side, first) {
-                    first = false;
+                let failed = shared.lock().spill_error.is_some();
+                if failed && last_failure.is_some_and(|t| t.elapsed() < RETRY_AFTER_FAILURE) {
+                    continue;
+                }
+                match spill_with_retries(
+                    shared,
+                    side,
+                    jobs,
+                    if failed { 1 } else { SPILL_ATTEMPTS },
+                ) {
+                    Ok(()) => last_failure = None,
+                    Err(Stop) => return,
+                }
+                if shared.lock().spill_error.is_some() {
+                    last_failure = Some(Instant::now());
                 }
             }
             Job::Direct {
@@ -208,11 +247,70 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
     }
 }
 
+/// The spiller was asked to stop while it waited between attempts.
+struct Stop;
+
+/// Rounds until the target is reached. A failed round is tried again after a back-off (10 ms,
+/// doubling), up to `attempts` failures in a row; then the error is recorded (waiting writers
+/// get it with their batch back, later writes that would have to wait too) and notified. A
+/// successful round clears a recorded error: spilling resumes. Direct writes that arrive during
+/// a back-off are served; a shutdown ends it.
+fn spill_with_retries(
+    shared: &Shared,
+    side: &SpillSide,
+    jobs: &Receiver<Job>,
+    attempts: u32,
+) -> Result<(), Stop> {
+    let mut first = true;
+    let mut failures = 0;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        match round(shared, side, first) {
+            Round::Freed => {
+                first = false;
+                failures = 0;
+                if shared.lock().spill_error.take().is_some() {
+                    shared.pool.release_signal().notify();
+                }
+            }
+            Round::Done => return Ok(()),
+            Round::Failed(error) => {
+                failures += 1;
+                if failures >= attempts {
+                    shared.lock().spill_error = Some(Arc::new(error));
+                    // Waiting writers must see the error rather than wait for room that will
+                    // not come.
+                    shared.pool.release_signal().notify();
+                    return Ok(());
+                }
+                let until = Instant::now() + backoff;
+                backoff *= 2;
+                while let Some(left) = until.checked_duration_since(Instant::now()) {
+                    match jobs.recv_timeout(left) {
+                        Ok(Job::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                            return Err(Stop);
+                        }
+                        Ok(Job::Wake) | Err(RecvTimeoutError::Timeout) => {}
+                        Ok(Job::Direct {
+                            partition,
+                            stored,
+                            reply,
+                        }) => {
+                            let _ = reply.send(direct(shared, side, partition, stored));
+                        }
+                    }
+                }
+                side.wake_pending.store(false, Ordering::Release);
+            }
+        }
+    }
+}
+
 /// One spill round; `true` if it freed memory and another round may be needed. The `first`
 /// round after a wake starts only if the pool is still at the threshold or a writer still has
 /// no room (a charge that woke the spiller may be gone, e.g. an oversized batch that has since
 /// reached disk); later rounds continue down to the target.
-fn round(shared: &Shared, side: &SpillSide, first: bool) -> bool {
+fn round(shared: &Shared, side: &SpillSide, first: bool) -> Round {
     let limit = shared.pool.limit().unwrap_or(usize::MAX);
     let need = side.waiting_need.load(Ordering::Acquire)
         + if first {
@@ -227,15 +325,15 @@ fn round(shared: &Shared, side: &SpillSide, first: bool) -> bool {
     // direct write released its charge): room for it now means nothing to spill. Otherwise
     // freeing `reserved - goal` leaves room for the need, since `goal <= limit - need`.
     if reserved <= goal || (first && need == 0 && reserved < side.config.threshold_bytes) {
-        return false;
+        return Round::Done;
     }
 
     let want = (reserved - goal).min(side.config.max_round_bytes);
 
     let (ticket, chosen) = {
         let mut state = shared.lock();
-        if state.spill_error.is_some() || state.closed {
-            return false;
+        if state.closed {
+            return Round::Done;
         }
         let (ticket, chosen) = state.start_spill(want);
         if !chosen.is_empty() {
@@ -244,34 +342,29 @@ fn round(shared: &Shared, side: &SpillSide, first: bool) -> bool {
         (ticket, chosen)
     };
     if chosen.is_empty() {
-        return false;
+        return Round::Done;
     }
     let result = write_run(side, &chosen);
     let mut voided = Vec::new();
-    let ok = {
+    let outcome = {
         let mut state = shared.lock();
         match result {
             Ok(segments) => {
                 for (partition, segments) in segments {
                     voided.extend(state.commit_spill(partition, ticket, segments));
                 }
-                true
+                Round::Freed
             }
             Err(error) => {
                 for (partition, _) in &chosen {
                     state.abort_spill(*partition, ticket);
                 }
-                state.spill_error.get_or_insert(Arc::new(error));
-                false
+                Round::Failed(error)
             }
         }
     };
     drop((voided, chosen));
-    if !ok {
-        // Waiting writers must see the error rather than wait for room that will not come.
-        shared.pool.release_signal().notify();
-    }
-    ok
+    outcome
 }
 
 /// Writes one run: each partition's batches as segments of at most `segment_bytes` (or one

@@ -370,3 +370,37 @@ fn close_is_idempotent_and_refuses_later_writes() {
         Error::Closed
     ));
 }
+
+#[test]
+fn a_failed_spill_round_is_retried_and_spilling_goes_on() {
+    let root = tempfile::tempdir().unwrap();
+    let size = batch_memory_size(&batch(0, 1000));
+    let buffer = ShardBuffer::builder(batch(0, 1).schema(), 4)
+        .with_compact_target_rows(0)
+        .with_memory_limit(size * 4)
+        .with_spill_dir(root.path())
+        .build()
+        .unwrap();
+    // the first two writes to spill files fail (a transient error), later ones work
+    assert!(
+        buffer.set_spill_fault_plan(
+            FaultPlan::new()
+                .fail_nth(FsOp::Write, 1, || std::io::Error::from_raw_os_error(5))
+                .fail_nth(FsOp::Write, 2, || std::io::Error::from_raw_os_error(5))
+        )
+    );
+    for i in 0..20i64 {
+        buffer
+            .write_blocking((i % 4) as u32, batch(i * 1000, 1000))
+            .expect("a transient spill failure is retried, not handed to the writer");
+    }
+    let m = buffer.metrics();
+    assert!(m.bytes_spilled > 0 && m.spill_error.is_none(), "{m:?}");
+    buffer.finish().unwrap();
+    let mut got: Vec<i64> = (0..4)
+        .flat_map(|p| buffer.read(p).unwrap().flat_map(|b| keys(&b.unwrap())))
+        .collect();
+    got.sort();
+    assert_eq!(got, (0..20_000).collect::<Vec<_>>());
+    buffer.close().unwrap();
+}

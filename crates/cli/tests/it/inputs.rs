@@ -226,9 +226,11 @@ fn changing_dictionaries_need_the_arrow_stream_format() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("t.arrows");
     write_arrow_stream(&input, &[table(0..100), table(100..200)]);
-    // one-row batches, so the buffer's read-back coalescing cannot merge the dictionaries
+    // one-row batches and no compaction, so the buffer cannot merge the dictionaries
     let run = |format: &str, out: &Path| {
-        let flags = format!("--key n --partitions 2 --batch-rows 1 --quiet --format {format}");
+        let flags = format!(
+            "--key n --partitions 2 --batch-rows 1 --compact-rows 0 --quiet --format {format}"
+        );
         shuffle(&[&input], &flags).arg("--output").arg(out).assert()
     };
     let file = dir.path().join("file");
