@@ -260,6 +260,33 @@ impl ShardBuffer {
         self.shared.lock().partition_sizes()
     }
 
+    /// Waits until every spill round asked for so far is on disk (or has failed): a barrier for
+    /// tests and for callers that want memory back before going on. Returns at once without
+    /// spilling. Blocks the thread: in async code use
+    /// [`spills_done`](Self::spills_done).
+    pub fn wait_for_spills(&self) {
+        if let Some(done) = self.spiller.as_ref().and_then(|s| s.barrier()) {
+            let _ = done.blocking_recv();
+        }
+    }
+
+    /// [`wait_for_spills`](Self::wait_for_spills) without blocking the runtime thread.
+    pub async fn spills_done(&self) {
+        if let Some(done) = self.spiller.as_ref().and_then(|s| s.barrier()) {
+            let _ = done.await;
+        }
+    }
+
+    /// [`close`](Self::close) on tokio's blocking threads, so that waiting for the spiller to
+    /// stop and removing the spill files never blocks a runtime worker. Needs a tokio runtime.
+    pub async fn close_async(&self) -> Result<Metrics, Error> {
+        let buffer = self.clone();
+        match tokio::task::spawn_blocking(move || buffer.close()).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Internal("close panicked")),
+        }
+    }
+
     /// Shuts the buffer: stops the spiller (after the round it is on), refuses everything
     /// afterwards, drops batches nobody read, removes the spill directory, and returns the final
     /// metrics after checking that the reservation matches the bytes held (a mismatch is
@@ -268,6 +295,11 @@ impl ShardBuffer {
     /// instead, after the same clean-up. Readers already handed out keep their memory batches;
     /// their segments not yet read fail with an I/O error naming the removed file. Closing twice
     /// is harmless.
+    ///
+    /// It waits for the spiller thread to finish its round and does file I/O: in async code use
+    /// [`close_async`](Self::close_async). Dropping the last handle without closing never
+    /// blocks: the spiller stops on its own after its round and the spill directory is removed
+    /// when it lets go of the buffer.
     pub fn close(&self) -> Result<Metrics, Error> {
         if let Some(spiller) = &self.spiller {
             spiller.stop();

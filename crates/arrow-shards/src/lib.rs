@@ -58,7 +58,7 @@ mod state;
 mod write;
 
 pub use arrow_shards_memory::{
-    BoundedPool, MemoryExhausted, MemoryPool, MemoryReservation, UnboundedPool,
+    BoundedPool, MemoryExhausted, MemoryPool, MemoryReservation, ReleaseSignal, UnboundedPool,
 };
 pub use arrow_shards_spill::{Compression, SpillError};
 pub use buffer::ShardBuffer;
@@ -69,7 +69,7 @@ pub use builder::{
 };
 pub use error::{ConfigError, Error, WriteError};
 pub use metrics::Metrics;
-pub use read::PartitionReader;
+pub use read::{PartitionReader, PartitionStream};
 pub use shard::batch_cost;
 pub use state::PartitionSize;
 pub use write::PartitionIds;

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
-use arrow_shards_merge::{MergeOptions, Merger, PartitionSources};
+use arrow_shards_merge::{MergeOptions, MergeStream, Merger, PartitionSources};
 use futures::{Stream, StreamExt};
 
 use crate::buffer::{Counters, Shared};
@@ -61,15 +61,44 @@ impl PartitionReader {
         Ok(batch)
     }
 
-    /// The rest of the partition as a `futures::Stream`; poll it within a tokio runtime.
-    pub fn into_stream(self) -> impl Stream<Item = Result<RecordBatch, ArrowError>> + Send + Unpin {
-        let shared = self.shared;
-        self.merger.into_stream().map(move |item| {
-            if let Ok(batch) = &item {
-                count(&shared.counters, batch);
-            }
-            item
-        })
+    /// The rest of the partition as a [`PartitionStream`]; poll it within a tokio runtime.
+    pub fn into_stream(self) -> PartitionStream {
+        PartitionStream {
+            inner: self.merger.into_stream(),
+            shared: self.shared,
+        }
+    }
+}
+
+/// One partition's batches as a `futures::Stream` (segments are read and decoded on tokio's
+/// blocking threads), made by [`PartitionReader::into_stream`]. A named type with
+/// [`schema`](Self::schema), so it can be kept in a struct or wrapped as an engine's record
+/// batch stream (DataFusion's `RecordBatchStreamAdapter`, for one).
+#[derive(Debug)]
+pub struct PartitionStream {
+    inner: MergeStream,
+    shared: Arc<Shared>,
+}
+
+impl PartitionStream {
+    /// The buffer's schema; every batch carries it.
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.shared.schema)
+    }
+}
+
+impl Stream for PartitionStream {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let item = std::task::ready!(self.inner.poll_next_unpin(cx));
+        if let Some(Ok(batch)) = &item {
+            count(&self.shared.counters, batch);
+        }
+        std::task::Poll::Ready(item)
     }
 }
 

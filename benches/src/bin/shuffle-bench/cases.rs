@@ -78,6 +78,9 @@ pub(crate) fn run_buffer(
     for (partition, shard) in input.shards() {
         buffer.write_blocking(*partition, shard.clone())?;
     }
+    for (chunk, ids) in &input.whole {
+        buffer.write_partitioned_blocking(chunk.clone(), ids)?;
+    }
     buffer.finish()?;
     let write_secs = started.elapsed().as_secs_f64();
 

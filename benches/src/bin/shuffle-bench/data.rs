@@ -29,8 +29,11 @@ pub(crate) enum Source {
 pub(crate) struct Input {
     pub(crate) schema: SchemaRef,
     pub(crate) partitions: u32,
-    /// Per input chunk, its shards in partition order (empty shards left out).
+    /// Per input chunk, its shards in partition order (empty shards left out); empty in
+    /// scatter mode.
     pub(crate) chunks: Vec<Vec<(u32, RecordBatch)>>,
+    /// Scatter mode: the input chunks whole, each with its rows' partitions.
+    pub(crate) whole: Vec<(RecordBatch, Vec<u32>)>,
     pub(crate) rows: u64,
     /// Sum of `batch_memory_size` over the shards: the data's in-memory size. Shards share no
     /// allocation (see [`partition`]), so this is also what they keep alive together.
@@ -48,12 +51,40 @@ pub(crate) struct Input {
 
 impl Input {
     /// Loads and partitions the input.
-    pub(crate) fn prepare(source: &Source, chunk_rows: usize, partitions: u32) -> Result<Self> {
+    pub(crate) fn prepare(
+        source: &Source,
+        chunk_rows: usize,
+        partitions: u32,
+        scatter: bool,
+    ) -> Result<Self> {
         let started = Instant::now();
         let (schema, chunks) = load(source, chunk_rows)?;
         let load_secs = started.elapsed().as_secs_f64();
         let chunk_bytes = chunks.iter().map(|b| batch_memory_size(b) as u64).sum();
         let key_sum = chunks.iter().map(key_sum).sum();
+        if scatter {
+            let started = Instant::now();
+            let whole: Vec<_> = chunks
+                .into_iter()
+                .map(|chunk| {
+                    let ids = partition_ids(&chunk, partitions);
+                    (chunk, ids)
+                })
+                .collect();
+            return Ok(Self {
+                schema,
+                partitions,
+                chunks: Vec::new(),
+                rows: whole.iter().map(|(b, _)| b.num_rows() as u64).sum(),
+                bytes: chunk_bytes,
+                chunk_bytes,
+                shards: 0,
+                load_secs,
+                partition_secs: started.elapsed().as_secs_f64(),
+                key_sum,
+                whole,
+            });
+        }
 
         let started = Instant::now();
         let mut out = Vec::with_capacity(chunks.len());
@@ -81,6 +112,7 @@ impl Input {
             load_secs,
             partition_secs,
             key_sum,
+            whole: Vec::new(),
         })
     }
 
@@ -153,13 +185,8 @@ pub(crate) fn partition_of(key: i64, partitions: u32) -> u32 {
 /// from another worker would. Without it every shard would keep the whole chunk's strings alive
 /// and an IPC encoder would write them once per shard.
 pub(crate) fn partition(chunk: &RecordBatch, partitions: u32) -> Result<Vec<(u32, RecordBatch)>> {
-    let keys = chunk.column(0).as_primitive::<Int64Type>();
     let n = partitions as usize;
-    let targets: Vec<u32> = keys
-        .values()
-        .iter()
-        .map(|&k| partition_of(k, partitions))
-        .collect();
+    let targets = partition_ids(chunk, partitions);
     let mut starts = vec![0u32; n + 1];
     for &t in &targets {
         starts[t as usize + 1] += 1;
@@ -184,6 +211,15 @@ pub(crate) fn partition(chunk: &RecordBatch, partitions: u32) -> Result<Vec<(u32
         shards.push((p as u32, compact_views(shard)?));
     }
     Ok(shards)
+}
+
+/// The partition of every row of `chunk`, by its `l_orderkey`.
+pub(crate) fn partition_ids(chunk: &RecordBatch, partitions: u32) -> Vec<u32> {
+    let keys = chunk.column(0).as_primitive::<Int64Type>();
+    keys.values()
+        .iter()
+        .map(|&k| partition_of(k, partitions))
+        .collect()
 }
 
 fn compact_views(batch: RecordBatch) -> Result<RecordBatch> {

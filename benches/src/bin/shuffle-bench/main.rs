@@ -78,6 +78,12 @@ struct Args {
     /// Run every case in this process (peak RSS then covers everything before it).
     #[arg(long)]
     in_process: bool,
+    /// Small-shard mode: input chunks stay whole and are written with the scatter write
+    /// (`write_partitioned_blocking`, one call per chunk with each row's partition) instead of
+    /// being split into shards beforehand. With `--chunk-rows 8192 --partitions 64,1024,4096
+    /// --cases memory,limit10` this is the small-shard matrix of `docs/benchmarks.md`.
+    #[arg(long)]
+    scatter: bool,
     /// Internal: run one job (JSON) and print its result as one JSON line.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -148,6 +154,20 @@ pub(crate) struct Job {
     pub(crate) scale: Option<f64>,
     /// The memory limit of a `Fixed` case.
     pub(crate) fixed_limit: Option<usize>,
+    /// Written with the scatter write (`--scatter`).
+    #[serde(default)]
+    pub(crate) scatter: bool,
+}
+
+impl Job {
+    /// The case's name, with the write mode.
+    pub(crate) fn label(&self) -> String {
+        if self.scatter {
+            format!("{} (scatter)", self.case.name())
+        } else {
+            self.case.name().to_string()
+        }
+    }
 }
 
 /// What a job measured.
@@ -202,6 +222,7 @@ fn jobs(args: &Args) -> Vec<Job> {
                 runs: disk_runs,
                 scale: Some(scale),
                 fixed_limit: Some(args.scaling_limit_mib << 20),
+                scatter: args.scatter,
             })
             .collect();
     }
@@ -216,6 +237,7 @@ fn jobs(args: &Args) -> Vec<Job> {
                     runs: if case.spills() { disk_runs } else { args.runs },
                     scale: None,
                     fixed_limit: None,
+                    scatter: args.scatter && case != CaseKind::EagerDisk,
                 });
             }
         }
@@ -243,7 +265,7 @@ fn parent(args: &Args) -> Result<()> {
             started.elapsed().as_secs_f64(),
             i + 1,
             jobs.len(),
-            job.case.name(),
+            job.label(),
             job.partitions,
             job.read.map_or("-", report::read_name),
             job.scale
@@ -299,7 +321,7 @@ fn run_job(args: &Args, job: &Job) -> Result<JobResult> {
     let source = Source::Tpch {
         scale: job.scale.unwrap_or(args.scale),
     };
-    let input = Input::prepare(&source, args.chunk_rows, job.partitions)?;
+    let input = Input::prepare(&source, args.chunk_rows, job.partitions, job.scatter)?;
     let limit = match job.case {
         CaseKind::Limit50 => Some(input.bytes as usize / 2),
         CaseKind::Limit10 => Some(input.bytes as usize / 10),

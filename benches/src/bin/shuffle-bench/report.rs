@@ -264,7 +264,7 @@ fn case_table(out: &mut String, results: &[JobResult]) {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.job.case.name(),
+            r.job.label(),
             r.job.partitions,
             read_of(r),
             r.runs.len(),
@@ -510,7 +510,7 @@ pub(crate) fn json_lines(results: &[JobResult]) -> Vec<String> {
                     serde_json::to_value(Summary::of(&r.runs))
                 };
                 map.insert("summary".into(), summary.unwrap_or_default());
-                map.insert("case_name".into(), r.job.case.name().into());
+                map.insert("case_name".into(), r.job.label().into());
             }
             value.to_string()
         })

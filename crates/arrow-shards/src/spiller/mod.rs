@@ -49,6 +49,8 @@ pub(crate) enum Job {
         stored: Stored,
         reply: tokio::sync::oneshot::Sender<Result<Landed, WriteError>>,
     },
+    /// Answered once every job sent before it is done (`ShardBuffer::wait_for_spills`).
+    Barrier(tokio::sync::oneshot::Sender<()>),
     Shutdown,
 }
 
@@ -124,6 +126,7 @@ impl std::fmt::Debug for Job {
         match self {
             Job::Wake => f.write_str("Wake"),
             Job::Direct { partition, .. } => write!(f, "Direct({partition})"),
+            Job::Barrier(_) => f.write_str("Barrier"),
             Job::Shutdown => f.write_str("Shutdown"),
         }
     }
@@ -168,7 +171,14 @@ impl Spiller {
         }
     }
 
-    /// Stops the thread after the job it is on; idempotent.
+    /// A receiver answered once every job queued before now (wakes included, so the rounds
+    /// they start) is done; `None` if the spiller has stopped.
+    pub(crate) fn barrier(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.jobs.send(Job::Barrier(tx)).ok().map(|()| rx)
+    }
+
+    /// Stops the thread after the job it is on and waits for it; idempotent.
     pub(crate) fn stop(&self) {
         let thread = self
             .thread
@@ -185,8 +195,18 @@ impl Spiller {
 }
 
 impl Drop for Spiller {
+    /// Asks the thread to stop without waiting for it, so that dropping the last handle never
+    /// blocks (a tokio worker, say): the thread ends after the round it is on and drops its
+    /// share of the buffer, which removes the spill directory.
     fn drop(&mut self) {
-        self.stop();
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if thread.is_some() {
+            let _ = self.jobs.send(Job::Shutdown);
+        }
     }
 }
 
@@ -242,6 +262,9 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
                 // accepted, and dropping the result (its segments) is right.
                 let _ = reply.send(direct(shared, side, partition, stored));
             }
+            Job::Barrier(done) => {
+                let _ = done.send(());
+            }
             Job::Shutdown => return,
         }
     }
@@ -291,6 +314,11 @@ fn spill_with_retries(
                             return Err(Stop);
                         }
                         Ok(Job::Wake) | Err(RecvTimeoutError::Timeout) => {}
+                        // Answered early: the rounds before it are retrying, not done; a
+                        // caller waiting for disk would otherwise wait out the back-off.
+                        Ok(Job::Barrier(done)) => {
+                            let _ = done.send(());
+                        }
                         Ok(Job::Direct {
                             partition,
                             stored,

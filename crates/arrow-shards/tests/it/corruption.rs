@@ -90,9 +90,8 @@ fn one_run(read_rows: usize) -> OneRun {
         buffer.try_write(p as u32, b.clone()).unwrap();
     }
     // the last write reached the threshold and woke the spiller: wait for its round
-    while buffer.partition_sizes().iter().any(|s| s.segments == 0) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    buffer.wait_for_spills();
+    assert!(buffer.partition_sizes().iter().all(|s| s.segments > 0));
     for (p, b) in memory.iter().enumerate() {
         buffer.try_write(p as u32, b.clone()).unwrap();
     }

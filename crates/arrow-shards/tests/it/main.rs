@@ -5,6 +5,7 @@ mod common;
 mod concurrency;
 mod corruption;
 mod crash;
+mod embedding;
 mod errors;
 mod exactly_once;
 mod faults;

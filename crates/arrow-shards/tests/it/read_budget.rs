@@ -61,13 +61,16 @@ struct Filled {
 }
 
 /// A finished buffer that spilled most of ~8 MB written round-robin to 4 partitions, with the
-/// default read batch rows (8192).
+/// default read batch rows (8192). Compaction on write is off so that the batches stored (and
+/// spilled) are the ones written, and a segment's size is known from them; compaction cuts
+/// batches of its own size (with this limit, 1500-row batches of ~62 KB).
 fn filled() -> Filled {
     let root = tempfile::tempdir().unwrap();
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), PARTITIONS)
         .with_memory_limit(LIMIT)
         .with_spill_dir(root.path())
         .with_spill_segment_bytes(SEGMENT_BYTES)
+        .with_compact_target_rows(0)
         .build()
         .unwrap();
     let mut expected = vec![Vec::new(); PARTITIONS as usize];
