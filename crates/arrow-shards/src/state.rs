@@ -340,28 +340,14 @@ impl State {
         len: usize,
     ) -> usize {
         let config = self.compact.as_ref().expect("appends only with compaction");
-        let open = self.partitions[partition as usize].open.as_ref();
-        // A cut before the append (the open batch is full) or after it (it reaches the target)
-        // adds the cut batch's fixed overhead.
-        let (growth, rows) = match open {
-            Some(open) if !open.is_full_for(config, len) => {
-                (open.growth(batch, start, len, config), open.rows() + len)
-            }
+        // A cut never adds to the charge (`OpenBatch::bytes`), so only the append counts.
+        match &self.partitions[partition as usize].open {
+            Some(open) if !open.is_full_for(config, len) => open.growth(batch, start, len, config),
             _ => {
                 let fresh = OpenBatch::new(&self.schema);
-                let cut_first = open.map_or(0, OpenBatch::cut_growth);
-                (
-                    cut_first + fresh.bytes() + fresh.growth(batch, start, len, config),
-                    len,
-                )
+                fresh.bytes() + fresh.growth(batch, start, len, config)
             }
-        };
-        let cut_after = if rows >= config.target_rows {
-            OpenBatch::new(&self.schema).cut_growth()
-        } else {
-            0
-        };
-        growth + cut_after
+        }
     }
 
     /// Copies `batch[start..start + len]` into `partition`'s open batch, cutting it first if it
@@ -400,7 +386,7 @@ impl State {
         if self.partitions[partition as usize]
             .open
             .as_ref()
-            .is_some_and(|o| o.rows() >= config.target_rows)
+            .is_some_and(|o| o.is_full(&config))
         {
             self.cut(partition)?;
         }
@@ -418,15 +404,20 @@ impl State {
         let batch = open
             .cut(&self.schema)
             .map_err(|e| Error::Arrow(Arc::new(e)))?;
-        let stored = Stored::new(batch);
+        let mut stored = Stored::new(batch);
         // The open batch is dropped: a fresh one allocates on the next append.
         p.open = None;
         let old = p.bytes;
-        p.bytes -= p.open_charge;
-        self.extra -= p.open_charge;
-        p.open_charge = 0;
+        let charge = std::mem::take(&mut p.open_charge);
+        p.bytes -= charge;
+        self.extra -= charge;
         p.memory_rows -= rows;
-        self.allocations.insert(&stored.allocations);
+        let added = self.allocations.insert(&stored.allocations);
+        // A cut never adds to the charge, so that no cut (by the spiller, a read or a write)
+        // can push the pool past its limit: the batch's fixed overhead is charged at most at
+        // what its open batch's structs were. The difference (a few KiB per cut batch at most)
+        // is documented in docs/memory-accounting.md.
+        stored.overhead = stored.overhead.min(charge.saturating_sub(added));
         self.extra += stored.overhead;
         self.bytes_changed(partition, old);
         self.push_stored(partition, stored);

@@ -30,9 +30,11 @@
 //! With a target of `n` rows, small batches are copied into batches of exactly `n` rows by
 //! arrow-select's `BatchCoalescer`. A batch that already has `n` rows or more is handed over
 //! whole, without a copy (the coalescer alone would copy it into `n`-row pieces); rows buffered
-//! before it come out first as one shorter batch. The last batch may be shorter. In
-//! pass-through mode nothing is copied: memory batches come out as the same arrays. See
-//! [`Merger`] for the memory accounting and error behaviour.
+//! before it come out first as one shorter batch. The last batch may be shorter, and so may a
+//! batch cut short for memory: before reading a segment that would take a bounded pool past its
+//! limit, the rows buffered so far are handed over, so that a merge holds at most one segment
+//! past the limit. In pass-through mode nothing is copied: memory batches come out as the same
+//! arrays. See [`Merger`] for the memory accounting, its bound and error behaviour.
 //!
 //! # Example
 //! Spill two batches of partition 7, keep a third in memory, and read all three back:

@@ -20,24 +20,45 @@ use crate::{MergeError, MergeOptions, MergeStream, PartitionSources};
 /// exactly `n` rows, except:
 /// - an input batch of `n` rows or more passes through whole, without a copy; rows buffered
 ///   before it come out first as one shorter batch;
+/// - a batch cut short for memory: when the next segment must be read and its `memory_bytes`
+///   do not fit under the pool's limit, the rows buffered so far come out first as one shorter
+///   batch (see below). Never with a pool that has no limit;
 /// - the last batch.
 ///
-/// So if no input batch reaches the target, all outputs but the last have exactly `n` rows.
-/// In pass-through mode ([`MergeOptions::with_pass_through`]) every non-empty input batch comes
-/// out as it went in; memory batches are the very same arrays. Zero-row batches are dropped.
+/// So if no input batch reaches the target and reading never meets a full pool, all outputs
+/// but the last have exactly `n` rows. In pass-through mode
+/// ([`MergeOptions::with_pass_through`]) every non-empty input batch comes out as it went in;
+/// memory batches are the very same arrays. Zero-row batches are dropped.
 ///
 /// # Memory
-/// Only the segment being handed over is decoded at a time (the stream adds its read-ahead).
 /// Before a segment is read, its `memory_bytes` are reserved from the pool passed to
-/// [`Merger::new`] with `MemoryPool::grow`, which may pass the pool's limit: reading is what
-/// frees memory, so it must not wait for memory. A merge therefore overshoots the limit by at
-/// most one segment (plus the stream's read-ahead segments). After decoding, the reservation is
-/// set to the batches' real size (`batch_memory_size`, each allocation once).
+/// [`Merger::new`]; after decoding, the reservation is set to the batches' real size
+/// (`batch_memory_size`, each allocation once). Every input's bytes (the decoded segment's, or
+/// the caller's reservation for memory batches) are released when the output batch holding its
+/// last row is handed over; rows the coalescer has copied stay covered by their input's charge
+/// until then (arrow's coalescer keeps slices of non-primitive columns, so the decoded segments
+/// really are alive until the batch is built). Dropping the merger half way releases everything
+/// it still holds.
 ///
-/// Every input's bytes (the decoded segment's, or the caller's reservation for memory batches)
-/// are released when the output batch holding its last row is handed over; rows the coalescer
-/// has copied stay covered by their input's charge until then. Dropping the merger half way
-/// releases everything it still holds.
+/// Reading is what frees memory, so a read never waits for memory: the read the merge needs is
+/// reserved with `MemoryPool::grow`, which may pass the pool's limit. Coalescing would let that
+/// add up: with 32 KiB segments an 8192-row output spans about ten of them, all charged until it
+/// is handed over (issue #13 measured a 256 KiB pool at 2.5x its limit). So before that read,
+/// if `reserved + memory_bytes` would pass the limit while rows are buffered, those rows are
+/// handed over first as a shorter batch, releasing every input they came from. The read then
+/// starts either within the limit or with nothing of this merge charged but its memory batches.
+/// The bound that follows, with `S` the partition's largest segment counted at the larger of
+/// its `memory_bytes` and its decoded size:
+///
+/// - **This iterator and [`Merger::concat`]**: if everything else charged to the pool stays
+///   within the limit, the pool never holds more than `limit + S`. Each merge reading at the
+///   same time adds at most its own `S`.
+/// - **[`MergeStream`]**: it starts a read ahead of need only if the segment's `memory_bytes`
+///   fit under the limit, so each of its [`MergeOptions::read_ahead`] reads adds at most what
+///   its decoded size exceeds its `memory_bytes` by: never more than
+///   `limit + (1 + read_ahead) x S`.
+///
+/// A pool without a limit never cuts a batch short and the stream always reads ahead.
 ///
 /// # Errors
 /// A failed segment read (for example a checksum mismatch) yields every row before the
@@ -95,6 +116,13 @@ impl Merger {
     }
 }
 
+/// True if reserving `bytes` keeps `pool` within its limit (always, without a limit). A read
+/// that fits needs no room made for it; see [`Merger`]'s memory section.
+pub(crate) fn fits(pool: &Arc<dyn MemoryPool>, bytes: usize) -> bool {
+    pool.limit()
+        .is_none_or(|limit| pool.reserved().saturating_add(bytes) <= limit)
+}
+
 /// Reserves a segment's expected size before reading it; see [`Merger`]'s memory section.
 pub(crate) fn reserve_segment(
     pool: &Arc<dyn MemoryPool>,
@@ -115,6 +143,9 @@ impl Iterator for Merger {
                 Ok(Step::Done) => return None,
                 Err(e) => return Some(Err(e)),
                 Ok(Step::NeedSegment) => {
+                    if self.state.make_room(&self.pool) {
+                        continue;
+                    }
                     // Nothing is launched ahead here, so the needed segment is the next one.
                     if let Some((index, segment)) = self.state.launch_next() {
                         let reservation = reserve_segment(&self.pool, &segment);

@@ -54,10 +54,11 @@ impl MergeOptions {
     }
 
     /// How many spilled segments [`MergeStream`](crate::MergeStream) may read and decode ahead
-    /// of the one being handed over. Each costs up to one segment's memory, reserved with
-    /// `MemoryPool::grow` (it may pass the pool's limit). 0 reads a segment only when the
-    /// previous one is used up. The blocking [`Merger`](crate::Merger) iterator reads on the
-    /// calling thread and never ahead.
+    /// of the one being handed over. Each costs up to one segment's memory; a read ahead starts
+    /// only if the segment's `memory_bytes` fit under the pool's limit, so under memory
+    /// pressure the stream reads only what it needs (see [`Merger`](crate::Merger)'s memory
+    /// section for the bound). 0 reads a segment only when the previous one is used up. The
+    /// blocking [`Merger`](crate::Merger) iterator reads on the calling thread and never ahead.
     ///
     /// Default: 1.
     pub fn with_read_ahead(mut self, segments: usize) -> Self {

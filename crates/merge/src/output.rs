@@ -87,7 +87,14 @@ impl Output {
         Ok(())
     }
 
-    /// Flushes buffered rows as a last, shorter batch.
+    /// True if the coalescer holds rows that are in no batch yet.
+    pub(crate) fn has_buffered_rows(&self) -> bool {
+        self.coalescer
+            .as_ref()
+            .is_some_and(|c| c.coalescer.get_buffered_rows() > 0)
+    }
+
+    /// Flushes buffered rows as a shorter batch: the last one, or one cut short for memory.
     pub(crate) fn finish(&mut self) -> Result<(), ArrowError> {
         match &mut self.coalescer {
             Some(c) => c.flush(&mut self.ready),

@@ -2,12 +2,15 @@
 //! supply decoded segments when it asks for them.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
+use arrow_shards_memory::MemoryPool;
 use arrow_shards_spill::SegmentRef;
 
 use crate::input::ChargedBatches;
+use crate::merger::fits;
 use crate::output::Output;
 use crate::{MergeOptions, PartitionSources};
 
@@ -82,9 +85,27 @@ impl MergeState {
         Some(next)
     }
 
-    /// True if some segment's read has not been started.
-    pub(crate) fn has_unlaunched(&self) -> bool {
-        !self.unlaunched.is_empty()
+    /// The `memory_bytes` of the next segment to launch: what its read reserves up front.
+    pub(crate) fn next_segment_bytes(&self) -> Option<usize> {
+        self.unlaunched.front().map(|(_, s)| s.memory_bytes())
+    }
+
+    /// Call before starting the read the merge needs now. If that read does not fit under
+    /// `pool`'s limit while rows are buffered, hands those rows over first as a shorter batch
+    /// (see [`Merger`](crate::Merger)'s memory section) and returns true: the caller steps
+    /// again, the batch comes out and releases the inputs it holds, and the next call finds
+    /// nothing buffered.
+    pub(crate) fn make_room(&mut self, pool: &Arc<dyn MemoryPool>) -> bool {
+        let Some(bytes) = self.next_segment_bytes() else {
+            return false;
+        };
+        if fits(pool, bytes) || !self.output.has_buffered_rows() {
+            return false;
+        }
+        if let Err(e) = self.output.finish() {
+            self.fail(e, false);
+        }
+        true
     }
 
     /// Segments decoded or being decoded: the one being taken apart plus those in flight.

@@ -3,7 +3,9 @@
 //! Each segment read is one `spawn_blocking` task that reads, checks and decodes that one
 //! segment and ends; no blocking task outlives its segment, so a slow consumer never pins a
 //! blocking thread (the deadlock in DataFusion #15323 came from one long-lived blocking task per
-//! file). Up to `1 + read_ahead` segments are decoded or being decoded at once.
+//! file). Up to `1 + read_ahead` segments are decoded or being decoded at once; a read ahead
+//! of need starts only if the segment's `memory_bytes` fit under the pool's limit, and the read
+//! the merge needs first makes room as the iterator does (see the `Merger`'s memory section).
 //!
 //! # Locking
 //! None: the stream is polled by one task at a time (`&mut self`), and a read task shares
@@ -24,7 +26,7 @@ use futures::Stream;
 use tokio::task::{JoinError, JoinHandle};
 
 use crate::input::ChargedBatches;
-use crate::merger::reserve_segment;
+use crate::merger::{fits, reserve_segment};
 use crate::state::{MergeState, Step};
 use crate::{MergeError, MergeOptions};
 
@@ -67,33 +69,44 @@ impl MergeStream {
         SchemaRef::clone(self.state.schema())
     }
 
-    /// Starts reads until `1 + read_ahead` segments are held or in flight.
+    /// Starts reads while fewer than `1 + read_ahead` segments are held or in flight and the
+    /// next one fits under the pool's limit. A read that does not fit is left to `poll_next`,
+    /// which starts it once the merge needs it, after making room.
     fn launch(&mut self) -> Result<(), ArrowError> {
-        while self.state.segments_held() < 1 + self.read_ahead && self.state.has_unlaunched() {
-            let runtime = match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => runtime,
-                Err(e) => {
-                    return Err(MergeError::Internal(format!(
-                        "MergeStream polled outside a tokio runtime: {e}"
-                    ))
-                    .into());
-                }
-            };
-            let Some((index, segment)) = self.state.launch_next() else {
-                break;
-            };
-            let reservation = reserve_segment(&self.pool, &segment);
-            let schema = self.schema();
-            let (path, offset) = (segment.path().to_path_buf(), segment.offset());
-            let handle = runtime.spawn_blocking(move || {
-                ChargedBatches::read_segment(&segment, index, reservation, &schema)
-            });
-            self.reads.push_back(Read {
-                handle,
-                path,
-                offset,
-            });
+        while self.state.segments_held() < 1 + self.read_ahead {
+            match self.state.next_segment_bytes() {
+                Some(bytes) if fits(&self.pool, bytes) => self.launch_one()?,
+                _ => break,
+            }
         }
+        Ok(())
+    }
+
+    /// Starts the read of the next segment on a blocking thread.
+    fn launch_one(&mut self) -> Result<(), ArrowError> {
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                return Err(MergeError::Internal(format!(
+                    "MergeStream polled outside a tokio runtime: {e}"
+                ))
+                .into());
+            }
+        };
+        let Some((index, segment)) = self.state.launch_next() else {
+            return Ok(());
+        };
+        let reservation = reserve_segment(&self.pool, &segment);
+        let schema = self.schema();
+        let (path, offset) = (segment.path().to_path_buf(), segment.offset());
+        let handle = runtime.spawn_blocking(move || {
+            ChargedBatches::read_segment(&segment, index, reservation, &schema)
+        });
+        self.reads.push_back(Read {
+            handle,
+            path,
+            offset,
+        });
         Ok(())
     }
 }
@@ -135,10 +148,14 @@ impl Stream for MergeStream {
                 }
                 Ok(Step::NeedSegment) => {
                     if this.reads.is_empty() {
-                        // The segment held when reads were last launched has just been used up
-                        // (an empty segment can be used up without yielding a batch): launch
-                        // the next read now.
-                        if let Err(e) = this.launch() {
+                        // The needed segment is not in flight: it did not fit under the limit
+                        // when reads were last launched, or the one held then has just been
+                        // used up (an empty segment can be used up without yielding a batch).
+                        // Make room if it still does not fit, then read it whatever it costs.
+                        if this.state.make_room(&this.pool) {
+                            continue;
+                        }
+                        if let Err(e) = this.launch_one() {
                             this.state.fail(e, true);
                             continue;
                         }

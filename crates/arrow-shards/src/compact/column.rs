@@ -182,16 +182,6 @@ impl OpenColumn {
         }
     }
 
-    /// Bytes of variable-length data held (what the byte target of a cut counts).
-    pub(crate) fn data_len(&self) -> usize {
-        match self {
-            OpenColumn::Bytes { values, .. } => values.len(),
-            OpenColumn::Views { data, .. } => data.len(),
-            OpenColumn::Pieces { bytes, .. } => *bytes,
-            _ => 0,
-        }
-    }
-
     /// Bytes [`append`](Self::append) of `array[start..start + len]` would add to
     /// [`bytes`](Self::bytes) (exact for the buffers, an upper bound for validity).
     pub(crate) fn growth(&self, array: &dyn Array, start: usize, len: usize, hint: Hint) -> usize {

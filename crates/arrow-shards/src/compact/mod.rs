@@ -22,7 +22,6 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow_schema::{ArrowError, DataType, SchemaRef};
 
-use arrow_shards_memory::sizing::fixed_overhead;
 use column::{Hint, OpenColumn};
 
 /// When open batches are cut, and which writes are copied into them.
@@ -30,7 +29,8 @@ use column::{Hint, OpenColumn};
 pub(crate) struct CompactConfig {
     /// Rows at which an open batch is cut; a written batch with this many rows passes through.
     pub(crate) target_rows: usize,
-    /// Bytes at which an open batch is cut; a written batch this large passes through.
+    /// Bytes of data (buffer lengths) at which an open batch is cut; a written batch whose rows
+    /// take this many bytes passes through.
     pub(crate) target_bytes: usize,
 }
 
@@ -69,18 +69,29 @@ const OPEN_COLUMN_OVERHEAD: usize = std::mem::size_of::<OpenColumn>() + 16;
 pub(crate) struct OpenBatch {
     columns: Vec<OpenColumn>,
     rows: usize,
+    /// Sum of the columns' `len_bytes`, kept as they grow (the write path asks per append).
+    data: usize,
+    /// Sum of the columns' `bytes` (capacities), kept as they grow.
+    capacity: usize,
+    /// The fixed part of [`bytes`](Self::bytes).
+    fixed: usize,
 }
 
 impl OpenBatch {
     /// An empty open batch for `schema`; its buffers allocate on the first append.
     pub(crate) fn new(schema: &SchemaRef) -> Self {
+        let columns: Vec<OpenColumn> = schema
+            .fields()
+            .iter()
+            .map(|f| OpenColumn::new(f.data_type()))
+            .collect();
+        let fixed = OPEN_BATCH_OVERHEAD + columns.len() * OPEN_COLUMN_OVERHEAD;
         Self {
-            columns: schema
-                .fields()
-                .iter()
-                .map(|f| OpenColumn::new(f.data_type()))
-                .collect(),
+            columns,
             rows: 0,
+            data: 0,
+            capacity: 0,
+            fixed,
         }
     }
 
@@ -91,35 +102,23 @@ impl OpenBatch {
 
     /// Bytes of data its rows occupy (buffer lengths, not capacities).
     pub(crate) fn data_bytes(&self) -> usize {
-        self.columns.iter().map(OpenColumn::len_bytes).sum()
+        self.data
     }
 
-    /// Bytes charged for it: its buffers' capacities plus fixed overheads.
+    /// Bytes charged for it: its buffers' capacities plus its own structs.
     pub(crate) fn bytes(&self) -> usize {
-        OPEN_BATCH_OVERHEAD
-            + self
-                .columns
-                .iter()
-                .map(|c| c.bytes() + OPEN_COLUMN_OVERHEAD)
-                .sum::<usize>()
-    }
-
-    /// At most what cutting it adds to the charge: the cut batch's fixed overhead (at most three
-    /// allocations per column, and its allocation list) beyond the open batch's own.
-    pub(crate) fn cut_growth(&self) -> usize {
-        let columns = self.columns.len();
-        let allocations = 3 * columns;
-        fixed_overhead(columns, allocations)
-            + allocations * std::mem::size_of::<arrow_shards_memory::sizing::Allocation>()
+        self.fixed + self.capacity
     }
 
     /// Whether appending `len` more rows of `batch` (from `start`) would pass a target, so the
     /// batch should be cut first.
     pub(crate) fn is_full_for(&self, config: &CompactConfig, len: usize) -> bool {
-        self.rows > 0
-            && (self.rows + len > config.target_rows
-                || self.columns.iter().map(OpenColumn::data_len).sum::<usize>()
-                    >= config.target_bytes)
+        self.rows > 0 && (self.rows + len > config.target_rows || self.is_full(config))
+    }
+
+    /// Whether it has reached a target and should be cut.
+    pub(crate) fn is_full(&self, config: &CompactConfig) -> bool {
+        self.rows >= config.target_rows || self.data_bytes() >= config.target_bytes
     }
 
     /// Bytes [`append`](Self::append) of the same rows would add to [`bytes`](Self::bytes).
@@ -148,7 +147,10 @@ impl OpenBatch {
     ) -> Result<(), ArrowError> {
         let hint = hint(config);
         for (column, array) in self.columns.iter_mut().zip(batch.columns()) {
+            let (data, capacity) = (column.len_bytes(), column.bytes());
             column.append(array.as_ref(), start, len, hint)?;
+            self.data += column.len_bytes() - data;
+            self.capacity += column.bytes() - capacity;
         }
         self.rows += len;
         Ok(())
@@ -157,6 +159,8 @@ impl OpenBatch {
     /// The rows held as one batch of `schema`; the open batch is empty afterwards.
     pub(crate) fn cut(&mut self, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
         let rows = std::mem::take(&mut self.rows);
+        self.data = 0;
+        self.capacity = 0;
         let columns: Vec<ArrayRef> = self
             .columns
             .iter_mut()

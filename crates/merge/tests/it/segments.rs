@@ -21,7 +21,11 @@ const PARTITION: u32 = 3;
 
 /// Writes each of `runs` as one spill run holding `PARTITION` (and a little of partition 0, so
 /// segments do not start at offset 0); returns `PARTITION`'s segments in spill order.
-fn spill(dir: &Arc<SpillDir>, schema: &SchemaRef, runs: &[Vec<RecordBatch>]) -> Vec<SegmentRef> {
+pub(crate) fn spill(
+    dir: &Arc<SpillDir>,
+    schema: &SchemaRef,
+    runs: &[Vec<RecordBatch>],
+) -> Vec<SegmentRef> {
     let mut segments = Vec::new();
     for run in runs.iter().filter(|r| !r.is_empty()) {
         let mut writer = dir.run_writer(SchemaRef::clone(schema), SpillOptions::default());
@@ -53,7 +57,7 @@ fn flip_byte(path: &Path, at: u64) {
 }
 
 /// Bytes the segment's batches hold once decoded, each allocation once.
-fn decoded_bytes(segment: &SegmentRef) -> usize {
+pub(crate) fn decoded_bytes(segment: &SegmentRef) -> usize {
     let mut set = AllocationSet::new();
     for b in segment.read().unwrap() {
         set.insert(&batch_allocations(&b));
@@ -67,7 +71,7 @@ fn options(target: Option<usize>, read_ahead: usize) -> MergeOptions {
         .with_read_ahead(read_ahead)
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()
