@@ -73,7 +73,7 @@ async def run(chunks, partitions, directory):
     rows = 0
     for p in range(partitions):
         try:
-            tables, _ = buffer.read(str(p))
+            tables = buffer.read(str(p))
         except Exception:  # DataUnavailable: an empty partition
             continue
         rows += concat_tables(tables).num_rows

@@ -7,21 +7,23 @@
 //! inside `MemoryPool::shrink`). Nothing blocks, spawns, sends or does I/O under `State`; the
 //! spiller's thread handle has its own mutex, never taken together with `State`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use arrow_shards_memory::{MemoryPool, MemoryReservation};
 
-use arrow_shards_spill::{SpillDir, SpillError};
+use arrow_shards_spill::SpillDir;
 
-use crate::builder::{Config, SpillConfig};
-use crate::compact::CompactConfig;
+use crate::config::{Config, SpillConfig};
+use crate::error::{ConfigError, Error};
+use crate::metrics::Metrics;
 use crate::read::PartitionReader;
-use crate::spiller::{SpillSide, Spiller};
+use crate::shared::{Counters, Shared};
+use crate::spill_side::SpillSide;
+use crate::spiller::Spiller;
 use crate::state::{PartitionSize, State};
-use crate::{ConfigError, Error, Metrics, ShardBufferBuilder};
 
 /// A memory-budgeted buffer of Arrow record batches, each tagged with an output partition.
 ///
@@ -41,63 +43,7 @@ pub struct ShardBuffer {
     pub(crate) spiller: Option<Arc<Spiller>>,
 }
 
-/// State shared by every clone of a buffer and by its readers.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) schema: SchemaRef,
-    pub(crate) num_partitions: u32,
-    pub(crate) pool: Arc<dyn MemoryPool>,
-    pub(crate) config: Config,
-    /// `config.compact`, read on every write.
-    pub(crate) compact: Option<CompactConfig>,
-    pub(crate) state: Mutex<State>,
-    pub(crate) counters: Counters,
-    pub(crate) spill: Option<SpillSide>,
-}
-
-/// Counters updated outside the state lock.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) batches_read: AtomicU64,
-    pub(crate) rows_read: AtomicU64,
-    pub(crate) write_wait_nanos: AtomicU64,
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic under the lock cannot leave State half-updated in a way that loses batches:
-        // every mutation is a push or a take; keep serving rather than poisoning every handle.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn check_partition(&self, partition: u32) -> Result<(), Error> {
-        if partition < self.num_partitions {
-            Ok(())
-        } else {
-            Err(Error::PartitionOutOfRange {
-                partition,
-                num_partitions: self.num_partitions,
-            })
-        }
-    }
-}
-
 impl ShardBuffer {
-    /// Starts building a buffer for batches of `schema` spread over `num_partitions` partitions.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use arrow_schema::{DataType, Field, Schema};
-    /// use arrow_shards::ShardBuffer;
-    ///
-    /// let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
-    /// let buffer = ShardBuffer::builder(schema, 16).with_memory_limit(64 << 20).build().unwrap();
-    /// assert_eq!(buffer.num_partitions(), 16);
-    /// ```
-    pub fn builder(schema: SchemaRef, num_partitions: u32) -> ShardBufferBuilder {
-        ShardBufferBuilder::new(schema, num_partitions)
-    }
-
     pub(crate) fn from_parts(
         schema: SchemaRef,
         num_partitions: u32,
@@ -133,10 +79,8 @@ impl ShardBuffer {
             spill,
         });
         let spiller = if has_spill {
-            let spiller = Spiller::start(Arc::clone(&shared)).map_err(|source| {
-                let path = "arrow-shards-spiller thread".into();
-                ConfigError::SpillDir(Arc::new(SpillError::Io { path, source }))
-            })?;
+            let spiller = Spiller::start(Arc::clone(&shared))
+                .map_err(|e| ConfigError::SpillerThread(Arc::new(e)))?;
             Some(Arc::new(spiller))
         } else {
             None
@@ -234,7 +178,7 @@ impl ShardBuffer {
             bytes_spilled: state.bytes_spilled,
             bytes_needed_to_target: state.bytes_needed,
 
-            spill_error: state.spill_error.as_ref().map(|e| e.to_string()),
+            spill_error: state.spill_error.clone(),
             ..self.spill_metrics()
         }
     }

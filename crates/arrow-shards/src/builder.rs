@@ -8,8 +8,10 @@ use arrow_schema::SchemaRef;
 use arrow_shards_memory::{BoundedPool, MemoryPool, UnboundedPool};
 use arrow_shards_spill::{Compression, SpillOptions};
 
+use crate::buffer::ShardBuffer;
 use crate::compact::CompactConfig;
-use crate::{ConfigError, ShardBuffer};
+use crate::config::{Config, SpillConfig};
+use crate::error::ConfigError;
 
 /// Default fraction of the memory limit at which the spiller starts.
 pub const DEFAULT_SPILL_THRESHOLD: f64 = 0.8;
@@ -52,23 +54,21 @@ pub struct ShardBufferBuilder {
     compact_target_bytes: usize,
 }
 
-/// The settings of a built buffer.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) write_timeout: Option<Duration>,
-    pub(crate) read_batch_rows: Option<usize>,
-    pub(crate) compact: Option<CompactConfig>,
-}
-
-/// The spill settings of a built buffer, in bytes.
-#[derive(Debug, Clone)]
-pub(crate) struct SpillConfig {
-    pub(crate) root: PathBuf,
-    pub(crate) threshold_bytes: usize,
-    pub(crate) target_bytes: usize,
-    pub(crate) max_round_bytes: usize,
-    pub(crate) segment_bytes: usize,
-    pub(crate) options: SpillOptions,
+impl ShardBuffer {
+    /// Starts building a buffer for batches of `schema` spread over `num_partitions` partitions.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use arrow_schema::{DataType, Field, Schema};
+    /// use arrow_shards::ShardBuffer;
+    ///
+    /// let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    /// let buffer = ShardBuffer::builder(schema, 16).with_memory_limit(64 << 20).build().unwrap();
+    /// assert_eq!(buffer.num_partitions(), 16);
+    /// ```
+    pub fn builder(schema: SchemaRef, num_partitions: u32) -> ShardBufferBuilder {
+        ShardBufferBuilder::new(schema, num_partitions)
+    }
 }
 
 impl ShardBufferBuilder {
@@ -165,7 +165,6 @@ impl ShardBufferBuilder {
     /// Default: the system temp dir (`std::env::temp_dir()`).
     pub fn with_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.spill_dir = Some(dir.into());
-        self.spill_enabled = true;
         self
     }
 
@@ -181,12 +180,14 @@ impl ShardBufferBuilder {
         self
     }
 
-    /// Never touches disk: a write that does not fit waits (`with_write_timeout`) or fails with
-    /// `MemoryExhausted`, handing its batch back.
+    /// Whether the buffer may spill to disk (it only does with a memory limit). Without, it
+    /// never touches disk: a write that does not fit waits (`with_write_timeout`) or fails with
+    /// `MemoryExhausted`, handing its batch back. `false` together with a spill setting (a spill
+    /// directory, say) is refused by `build()`.
     ///
-    /// Default: spilling is on (it only acts when the pool has a limit).
-    pub fn with_spill_disabled(mut self) -> Self {
-        self.spill_enabled = false;
+    /// Default: true.
+    pub fn with_spill(mut self, enabled: bool) -> Self {
+        self.spill_enabled = enabled;
         self
     }
 
@@ -246,11 +247,11 @@ impl ShardBufferBuilder {
     /// Checks the settings and builds the buffer. With spilling on and a bounded pool, sweeps
     /// the spill root once per process (see [`with_sweep_on_build`](Self::with_sweep_on_build)),
     /// creates the private spill directory and starts the spiller thread.
-    pub fn build(self) -> Result<ShardBuffer, ConfigError> {
+    pub fn build(mut self) -> Result<ShardBuffer, ConfigError> {
         if self.num_partitions == 0 {
             return Err(ConfigError::NoPartitions);
         }
-        let pool: Arc<dyn MemoryPool> = match (self.pool, self.memory_limit) {
+        let pool: Arc<dyn MemoryPool> = match (self.pool.take(), self.memory_limit) {
             (Some(_), Some(_)) => return Err(ConfigError::LimitAndPool),
             (Some(pool), None) => pool,
             (None, Some(limit)) => Arc::new(BoundedPool::new(limit)),
@@ -276,6 +277,7 @@ impl ShardBufferBuilder {
         if self.spill_segment_bytes == 0 {
             return Err(invalid("spill_segment_bytes", 0, "must be at least 1"));
         }
+        self.check_spill_settings(pool.limit().is_some())?;
         if self.compact_target_bytes == 0 || self.compact_target_bytes > MAX_COMPACT_TARGET_BYTES {
             return Err(invalid(
                 "compact_target_bytes",
@@ -309,6 +311,71 @@ impl ShardBufferBuilder {
             crate::leftovers::sweep_once(&spill.root);
         }
         ShardBuffer::from_parts(self.schema, self.num_partitions, pool, config, spill)
+    }
+}
+
+impl ShardBufferBuilder {
+    /// The spill settings given with a value other than their default.
+    fn spill_settings_given(&self) -> Vec<&'static str> {
+        let defaults = SpillOptions::default();
+        [
+            ("with_spill_dir", self.spill_dir.is_some()),
+            (
+                "with_spill_threshold",
+                self.spill_threshold != DEFAULT_SPILL_THRESHOLD,
+            ),
+            (
+                "with_spill_target",
+                self.spill_target != DEFAULT_SPILL_TARGET,
+            ),
+            (
+                "with_max_spill_round_bytes",
+                self.max_spill_round_bytes != DEFAULT_MAX_SPILL_ROUND_BYTES,
+            ),
+            (
+                "with_spill_segment_bytes",
+                self.spill_segment_bytes != DEFAULT_SPILL_SEGMENT_BYTES,
+            ),
+            (
+                "with_compression",
+                self.spill_options.compression() != defaults.compression(),
+            ),
+            (
+                "with_spill_file_bytes",
+                self.spill_options.max_file_bytes() != defaults.max_file_bytes(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+
+    /// Refuses spill settings that could not act: with spilling off, or without a limit.
+    fn check_spill_settings(&self, limited: bool) -> Result<(), ConfigError> {
+        let given = self.spill_settings_given();
+        if let Some(&setting) = given.first() {
+            if !self.spill_enabled {
+                return Err(ConfigError::Conflict {
+                    setting,
+                    other: "with_spill(false)",
+                    why: "spilling is off: drop the spill setting or turn spilling on",
+                });
+            }
+            if !limited {
+                return Err(ConfigError::Conflict {
+                    setting,
+                    other: "no memory limit",
+                    why: "the buffer only spills under a memory limit: set with_memory_limit \
+                          (or a bounded pool), or drop the spill setting",
+                });
+            }
+        }
+        self.spill_options
+            .validate()
+            .map_err(|e| ConfigError::InvalidCompression {
+                value: format!("{:?}", self.spill_options.compression()),
+                source: Arc::new(e),
+            })
     }
 }
 

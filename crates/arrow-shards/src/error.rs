@@ -90,7 +90,7 @@ pub enum Error {
     /// Spilling to disk failed; spilling is paused and the batches it was writing stayed in
     /// memory. A write that would have to wait for room gets this with its batch back.
     #[error("spilling failed: {0}")]
-    Spill(Arc<SpillError>),
+    Spill(#[source] Arc<SpillError>),
     /// A background thread of the buffer died (a bug in arrow-shards).
     #[error("internal error: {0} (a bug in arrow-shards)")]
     Internal(&'static str),
@@ -118,6 +118,7 @@ impl From<Error> for ArrowError {
 #[error("write to partition {partition} refused: {error}")]
 pub struct WriteError {
     partition: u32,
+    #[source]
     error: Error,
     batch: RecordBatch,
 }
@@ -169,7 +170,29 @@ pub enum ConfigError {
     LimitAndPool,
     /// The spill directory could not be created.
     #[error("cannot create the spill directory: {0}")]
-    SpillDir(Arc<SpillError>),
+    SpillDir(#[source] Arc<SpillError>),
+    /// The spiller thread could not be started.
+    #[error("cannot start the spiller thread: {0}")]
+    SpillerThread(#[source] Arc<std::io::Error>),
+    /// The spill compression cannot be used (a ZSTD level out of range, say).
+    #[error("with_compression = {value} is invalid: {source}")]
+    InvalidCompression {
+        /// The compression given.
+        value: String,
+        /// Why the IPC writer refuses it.
+        #[source]
+        source: Arc<ArrowError>,
+    },
+    /// Two settings contradict each other (or one needs another that is missing).
+    #[error("{setting} conflicts with {other}: {why}")]
+    Conflict {
+        /// The setting that cannot apply.
+        setting: &'static str,
+        /// The setting it conflicts with (or that it needs).
+        other: &'static str,
+        /// What to do instead.
+        why: &'static str,
+    },
     /// A setting is outside its range.
     #[error("{setting} = {value} is invalid: {why}")]
     Invalid {

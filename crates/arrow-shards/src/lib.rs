@@ -46,6 +46,7 @@
 mod buffer;
 mod builder;
 mod compact;
+mod config;
 mod error;
 mod leftovers;
 mod metrics;
@@ -53,8 +54,11 @@ mod read;
 mod scatter;
 mod schema_check;
 mod shard;
+mod shared;
+mod spill_side;
 mod spiller;
 mod state;
+mod victims;
 mod write;
 
 pub use arrow_shards_memory::{
@@ -70,9 +74,9 @@ pub use builder::{
 pub use error::{ConfigError, Error, WriteError};
 pub use metrics::Metrics;
 pub use read::{PartitionReader, PartitionStream};
+pub use scatter::PartitionIds;
 pub use shard::batch_cost;
 pub use state::PartitionSize;
-pub use write::PartitionIds;
 
 /// The README's example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]

@@ -1,9 +1,12 @@
 //! What a buffer has done, as a snapshot.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use arrow_shards_spill::SpillError;
+
 /// A snapshot of a buffer's counters; see [`ShardBuffer::metrics`](crate::ShardBuffer::metrics).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Metrics {
     /// Bytes this buffer holds in memory now (distinct allocations, see `docs/memory-accounting.md`).
@@ -45,6 +48,7 @@ pub struct Metrics {
     pub spill_time: Duration,
     /// Time readers spent reading, verifying and decoding segments.
     pub spill_read_time: Duration,
-    /// The spill failure that paused spilling, if any.
-    pub spill_error: Option<String>,
+    /// The spill failure that writers that would wait get now, if spilling is failing (a later
+    /// successful round clears it).
+    pub spill_error: Option<Arc<SpillError>>,
 }

@@ -9,7 +9,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use arrow_shards_merge::{MergeOptions, MergeStream, Merger, PartitionSources};
 use futures::{Stream, StreamExt};
 
-use crate::buffer::{Counters, Shared};
+use crate::shared::{Counters, Shared};
 use crate::state::Taken;
 
 /// One partition's batches, handed over exactly once: its spilled segments in spill order, then

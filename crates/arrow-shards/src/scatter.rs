@@ -11,9 +11,35 @@
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_select::take::take_record_batch;
 
-use crate::Error;
+use crate::error::Error;
 use crate::shard::Scattered;
-use crate::write::PartitionIds;
+
+/// The partition of each row of a scatter write: a `UInt32Array` (no nulls) or a `&[u32]`.
+#[derive(Debug, Clone, Copy)]
+pub enum PartitionIds<'a> {
+    /// An Arrow array; a null id is an error.
+    Array(&'a UInt32Array),
+    /// Plain ids.
+    Slice(&'a [u32]),
+}
+
+impl<'a> From<&'a UInt32Array> for PartitionIds<'a> {
+    fn from(ids: &'a UInt32Array) -> Self {
+        PartitionIds::Array(ids)
+    }
+}
+
+impl<'a> From<&'a [u32]> for PartitionIds<'a> {
+    fn from(ids: &'a [u32]) -> Self {
+        PartitionIds::Slice(ids)
+    }
+}
+
+impl<'a> From<&'a Vec<u32>> for PartitionIds<'a> {
+    fn from(ids: &'a Vec<u32>) -> Self {
+        PartitionIds::Slice(ids)
+    }
+}
 
 /// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`) and groups the
 /// rows by partition. The error hands `batch` back.

@@ -1,86 +1,32 @@
-//! The rule a written batch's schema must follow.
+//! The rule a written batch's schema must follow: the workspace's one schema rule,
+//! [`arrow_shards_spill::check_schema`], which the spill writer, the spill reader and the merge
+//! apply too, so a batch the buffer accepts is never refused further down.
 //!
-//! Field for field, by position: the same name, the same data type (nested fields may be
-//! non-nullable in the batch where the buffer's are nullable), and a field that is non-nullable in
-//! the batch may be nullable in the buffer. Schema and field metadata are ignored. An accepted
-//! batch is re-labelled with the buffer's schema, so every batch read back carries exactly the
-//! buffer's schema.
+//! In short, field for field by position: the same name, the same data type (nested fields
+//! included, exactly), and a field that is non-nullable in the batch may be nullable in the
+//! buffer, not the other way round. Schema and field metadata and dictionary ids are ignored. An
+//! accepted batch is re-labelled with the buffer's schema, so every batch read back carries
+//! exactly the buffer's schema.
 
-use std::sync::Arc;
-
-use arrow_array::{RecordBatch, RecordBatchOptions};
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use arrow_shards_spill::conform_batch;
 
-use crate::Error;
+use crate::error::Error;
 
 /// Returns `batch` with the buffer's schema, or why it does not match.
 pub(crate) fn conform(
     schema: &SchemaRef,
     batch: RecordBatch,
 ) -> Result<RecordBatch, (Error, RecordBatch)> {
-    if Arc::ptr_eq(schema, batch.schema_ref()) {
-        return Ok(batch);
-    }
-    if let Some(why) = mismatch(schema, &batch) {
-        return Err((Error::SchemaMismatch(why), batch));
-    }
-    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    match RecordBatch::try_new_with_options(Arc::clone(schema), batch.columns().to_vec(), &options)
-    {
-        Ok(conformed) => Ok(conformed),
-        Err(e) => Err((Error::SchemaMismatch(e.to_string()), batch)),
-    }
-}
-
-fn mismatch(schema: &SchemaRef, batch: &RecordBatch) -> Option<String> {
-    let got = batch.schema_ref();
-    if got.fields().len() != schema.fields().len() {
-        return Some(format!(
-            "the buffer has {} fields ({}), the batch has {} ({})",
-            schema.fields().len(),
-            names(schema),
-            got.fields().len(),
-            names(got)
-        ));
-    }
-    for (i, (want, have)) in schema.fields().iter().zip(got.fields()).enumerate() {
-        if want.name() != have.name() {
-            return Some(format!(
-                "field {i} is named `{}` in the buffer but `{}` in the batch",
-                want.name(),
-                have.name()
-            ));
-        }
-        if !want.data_type().contains(have.data_type()) {
-            return Some(format!(
-                "field `{}` has type {} in the buffer but {} in the batch",
-                want.name(),
-                want.data_type(),
-                have.data_type()
-            ));
-        }
-        if have.is_nullable() && !want.is_nullable() {
-            return Some(format!(
-                "field `{}` ({}) is non-nullable in the buffer but nullable in the batch",
-                want.name(),
-                want.data_type()
-            ));
-        }
-    }
-    None
-}
-
-fn names(schema: &SchemaRef) -> String {
-    schema
-        .fields()
-        .iter()
-        .map(|f| f.name().as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    conform_batch(schema, batch)
+        .map_err(|(mismatch, batch)| (Error::SchemaMismatch(mismatch.to_string()), batch))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use arrow_array::{ArrayRef, Int32Array, Int64Array};
     use arrow_schema::{DataType, Field, Schema};

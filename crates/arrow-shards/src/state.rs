@@ -24,10 +24,10 @@ use arrow_schema::SchemaRef;
 use arrow_shards_memory::{AllocationSet, MemoryReservation};
 use arrow_shards_spill::{SegmentRef, SpillError};
 
-use crate::Error;
 use crate::compact::{CompactConfig, OpenBatch};
+use crate::error::Error;
 use crate::shard::{Scattered, Shard, Stored};
-use crate::spiller::policy::LargestFirst;
+use crate::victims::LargestFirst;
 
 /// Batches with their own sizes, as handed to the spiller.
 pub(crate) type SizedBatches = Vec<(RecordBatch, usize)>;

@@ -13,15 +13,17 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use arrow_array::{RecordBatch, UInt32Array};
+use arrow_array::RecordBatch;
 use tokio::sync::oneshot::error::RecvError;
 
+use crate::buffer::ShardBuffer;
 use crate::compact::copy_bytes;
-use crate::scatter::scatter;
+use crate::error::{Error, WriteError};
+use crate::scatter::{PartitionIds, scatter};
 use crate::schema_check::conform;
 use crate::shard::{Shard, Stored};
-use crate::spiller::{DirectReply, Landed, NeedGuard};
-use crate::{Error, ShardBuffer, WriteError};
+use crate::spill_side::NeedGuard;
+use crate::spiller::{DirectReply, Landed};
 
 /// What a write attempt came to.
 enum Attempt {
@@ -42,33 +44,6 @@ enum Plan {
     Memory(Shard),
     /// Larger than the whole limit: straight to disk.
     Disk(Stored),
-}
-
-/// The partition of each row of a scatter write: a `UInt32Array` (no nulls) or a `&[u32]`.
-#[derive(Debug, Clone, Copy)]
-pub enum PartitionIds<'a> {
-    /// An Arrow array; a null id is an error.
-    Array(&'a UInt32Array),
-    /// Plain ids.
-    Slice(&'a [u32]),
-}
-
-impl<'a> From<&'a UInt32Array> for PartitionIds<'a> {
-    fn from(ids: &'a UInt32Array) -> Self {
-        PartitionIds::Array(ids)
-    }
-}
-
-impl<'a> From<&'a [u32]> for PartitionIds<'a> {
-    fn from(ids: &'a [u32]) -> Self {
-        PartitionIds::Slice(ids)
-    }
-}
-
-impl<'a> From<&'a Vec<u32>> for PartitionIds<'a> {
-    fn from(ids: &'a Vec<u32>) -> Self {
-        PartitionIds::Slice(ids)
-    }
 }
 
 impl ShardBuffer {

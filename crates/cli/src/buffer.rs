@@ -53,25 +53,29 @@ impl Buffer {
     ) -> Result<Self, CliError> {
         let mut builder = ShardBuffer::builder(schema, partitions)
             .with_read_batch_rows(settings.read_batch_rows)
-            .with_compact_target_rows(settings.compact_rows)
-            .with_compression(match settings.compression {
-                CompressionArg::None => Compression::None,
-                CompressionArg::Lz4 => Compression::Lz4,
-                CompressionArg::Zstd => Compression::Zstd { level: 1 },
-            });
-        if let Some(limit) = settings.memory_limit {
-            builder = builder.with_memory_limit(usize::try_from(limit).unwrap_or(usize::MAX));
+            .with_compact_target_rows(settings.compact_rows);
+        if let Spill::Dir(dir) = &settings.spill {
+            // checked even without a limit: a bad --spill-dir is reported before any work
+            check_spill_dir(dir)?;
         }
-        builder = match &settings.spill {
-            Spill::Default => builder,
-            Spill::Dir(dir) => {
-                check_spill_dir(dir)?;
-                builder.with_spill_dir(dir)
-            }
-            Spill::Disabled => builder.with_spill_disabled(),
-        };
+        // Spill settings act only under a limit (the buffer refuses them otherwise).
+        if let Some(limit) = settings.memory_limit {
+            builder = builder
+                .with_memory_limit(usize::try_from(limit).unwrap_or(usize::MAX))
+                .with_compression(match settings.compression {
+                    CompressionArg::None => Compression::None,
+                    CompressionArg::Lz4 => Compression::Lz4,
+                    CompressionArg::Zstd => Compression::Zstd { level: 1 },
+                });
+            builder = match &settings.spill {
+                Spill::Default => builder,
+                Spill::Dir(dir) => builder.with_spill_dir(dir),
+                Spill::Disabled => builder.with_spill(false),
+            };
+        }
         let inner = builder.build().map_err(|e| CliError::Buffer {
             message: e.to_string(),
+            source: Some(Box::new(e)),
         })?;
         Ok(Buffer {
             inner,
@@ -126,7 +130,10 @@ impl Buffer {
             ),
             _ => error.to_string(),
         };
-        CliError::Buffer { message }
+        CliError::Buffer {
+            message,
+            source: Some(Box::new(error.clone())),
+        }
     }
 }
 

@@ -116,8 +116,11 @@ pub(crate) enum CliError {
     /// The shuffle buffer refused its configuration or failed while running.
     #[error("shuffle buffer: {message}")]
     Buffer {
-        /// What the buffer said.
+        /// What the buffer said (with advice for the command line).
         message: String,
+        /// The buffer's error, whose causes are printed after the message.
+        #[source]
+        source: Option<Box<dyn StdError + Send + Sync>>,
     },
     /// A bug: something that cannot happen did.
     #[error("internal error (a bug in arrow-shards): {0}")]
@@ -153,19 +156,21 @@ impl CliError {
     }
 
     /// The message and every source below it, joined with `: `, on one line.
-    pub(crate) fn one_line(&self) -> String {
-        let mut line = self.to_string();
+    /// The message, then each cause beneath it on a line of its own (`  caused by: ...`),
+    /// leaving out causes whose text the lines above already hold (Arrow, parquet and this
+    /// project's errors repeat their inner message).
+    pub(crate) fn report(&self) -> String {
+        let mut report = self.to_string().replace('\n', " ");
         let mut source = self.source();
         while let Some(cause) = source {
-            let text = cause.to_string();
-            // Arrow and parquet wrap errors in ones that repeat the inner message.
-            if !line.contains(&text) {
-                line.push_str(": ");
-                line.push_str(&text);
+            let text = cause.to_string().replace('\n', " ");
+            if !report.contains(&text) {
+                report.push_str("\n  caused by: ");
+                report.push_str(&text);
             }
             source = cause.source();
         }
-        line.replace('\n', " ")
+        report
     }
 }
 
@@ -219,15 +224,11 @@ mod tests {
         );
         assert!(matches!(err, CliError::DiskFull { .. }));
         assert!(
-            err.one_line().contains("/out/part-00001.parquet"),
+            err.report().contains("/out/part-00001.parquet"),
             "{}",
-            err.one_line()
+            err.report()
         );
-        assert!(
-            err.one_line().contains("no space left"),
-            "{}",
-            err.one_line()
-        );
+        assert!(err.report().contains("no space left"), "{}", err.report());
     }
 
     #[test]
@@ -235,9 +236,22 @@ mod tests {
         let denied = io::Error::from(io::ErrorKind::PermissionDenied);
         assert!(!is_disk_full(&denied));
         let err = CliError::output(Path::new("/out"), denied);
-        let line = err.one_line();
-        assert!(line.starts_with("cannot write /out: "), "{line}");
-        assert!(!line.contains('\n'));
+        assert_eq!(
+            err.report(),
+            "cannot write /out\n  caused by: permission denied"
+        );
+    }
+
+    #[test]
+    fn causes_not_in_the_message_are_printed_on_lines_of_their_own() {
+        let err = CliError::Buffer {
+            message: "the buffer failed".into(),
+            source: Some(Box::new(io::Error::other("a deeper cause"))),
+        };
+        assert_eq!(
+            err.report(),
+            "shuffle buffer: the buffer failed\n  caused by: a deeper cause"
+        );
     }
 
     #[test]
@@ -247,7 +261,7 @@ mod tests {
             available: vec!["a".into(), "b".into()],
         };
         assert_eq!(
-            err.one_line(),
+            err.report(),
             "unknown key column \"nope\"; the input has columns: a, b"
         );
     }

@@ -68,7 +68,7 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("arrow-shards: error: {}", e.one_line());
+            eprintln!("arrow-shards: error: {}", e.report());
             ExitCode::FAILURE
         }
     }

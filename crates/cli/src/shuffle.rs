@@ -291,6 +291,7 @@ fn read_back(
             let Some(batch) = batch else { break };
             let batch = batch.map_err(|e| CliError::Buffer {
                 message: format!("reading partition {partition}: {e}"),
+                source: Some(Box::new(e)),
             })?;
             rows += batch.num_rows() as u64;
             if let Some(check) = check.as_deref_mut() {

@@ -81,6 +81,7 @@
 //! # }
 //! ```
 
+mod budget;
 mod error;
 mod input;
 mod merger;

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
 use arrow_select::concat::concat_batches;
-use arrow_shards_memory::{MemoryPool, MemoryReservation};
-use arrow_shards_spill::SegmentRef;
+use arrow_shards_memory::MemoryPool;
 
+use crate::budget::reserve_segment;
 use crate::input::ChargedBatches;
 use crate::state::{MergeState, Step};
 use crate::{MergeError, MergeOptions, MergeStream, PartitionSources};
@@ -114,23 +114,6 @@ impl Merger {
         let batches = self.collect::<Result<Vec<_>, _>>()?;
         concat_batches(&schema, &batches)
     }
-}
-
-/// True if reserving `bytes` keeps `pool` within its limit (always, without a limit). A read
-/// that fits needs no room made for it; see [`Merger`]'s memory section.
-pub(crate) fn fits(pool: &Arc<dyn MemoryPool>, bytes: usize) -> bool {
-    pool.limit()
-        .is_none_or(|limit| pool.reserved().saturating_add(bytes) <= limit)
-}
-
-/// Reserves a segment's expected size before reading it; see [`Merger`]'s memory section.
-pub(crate) fn reserve_segment(
-    pool: &Arc<dyn MemoryPool>,
-    segment: &SegmentRef,
-) -> MemoryReservation {
-    let mut reservation = MemoryReservation::new(pool);
-    reservation.grow(segment.memory_bytes());
-    reservation
 }
 
 impl Iterator for Merger {

@@ -9,8 +9,8 @@ use arrow_schema::{ArrowError, SchemaRef};
 use arrow_shards_memory::MemoryPool;
 use arrow_shards_spill::SegmentRef;
 
+use crate::budget::fits;
 use crate::input::ChargedBatches;
-use crate::merger::fits;
 use crate::output::Output;
 use crate::{MergeOptions, PartitionSources};
 

@@ -22,11 +22,12 @@ use std::task::{Context, Poll};
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 use arrow_shards_memory::MemoryPool;
+use arrow_shards_spill::panic_message;
 use futures::Stream;
 use tokio::task::{JoinError, JoinHandle};
 
+use crate::budget::{fits, reserve_segment};
 use crate::input::ChargedBatches;
-use crate::merger::{fits, reserve_segment};
 use crate::state::{MergeState, Step};
 use crate::{MergeError, MergeOptions};
 
@@ -114,11 +115,7 @@ impl MergeStream {
 fn join_failure(e: JoinError, path: PathBuf, offset: u64) -> ArrowError {
     let reason = if e.is_panic() {
         let panic = e.into_panic();
-        panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "panicked".to_string())
+        panic_message(&*panic).unwrap_or("panicked").to_string()
     } else {
         "cancelled".to_string()
     };

@@ -116,12 +116,20 @@ impl SpillOptions {
         self.max_file_bytes
     }
 
+    /// Checks the settings the IPC writer will be given (the ZSTD level, for one), so a bad
+    /// setting fails when a buffer is built rather than at its first spill.
+    pub fn validate(&self) -> Result<(), arrow_schema::ArrowError> {
+        self.ipc_write_options().map(|_| ())
+    }
+
     /// Whether finished files are synced.
     pub fn sync_on_finish(&self) -> bool {
         self.sync_on_finish
     }
 
     /// The IPC writer options for these settings.
+    ///
+    /// [`validate`](Self::validate) checks the same at configuration time.
     ///
     /// Buffers are padded to 16 bytes, not 8: `i128` (decimals, intervals) and view arrays need
     /// 16-byte alignment, and a body written at 8 is copied again on read to realign it. The

@@ -23,23 +23,21 @@
 //! and the round's batch clones are dropped after unlock (dropping a `SegmentRef` may delete a
 //! file). It sends nothing while holding the lock; writers send `Wake` after unlocking.
 
-pub(crate) mod policy;
-
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use arrow_shards_memory::MemoryReservation;
-use arrow_shards_spill::{SegmentRef, SpillDir, SpillError};
+use arrow_shards_spill::{SegmentRef, SpillError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::buffer::Shared;
-use crate::builder::SpillConfig;
+use crate::error::{Error, WriteError};
 use crate::shard::Stored;
+use crate::shared::Shared;
+use crate::spill_side::SpillSide;
 use crate::state::SizedBatches;
-use crate::{Error, WriteError};
 
 /// What the spiller is asked to do.
 pub(crate) enum Job {
@@ -60,59 +58,6 @@ pub(crate) type Landed = Vec<SegmentRef>;
 
 /// The spiller's answer to a direct write.
 pub(crate) type DirectReply = tokio::sync::oneshot::Receiver<Result<Landed, WriteError>>;
-
-/// The spill side of a buffer, shared by its handles, its readers and the spiller thread.
-#[derive(Debug)]
-pub(crate) struct SpillSide {
-    pub(crate) dir: Arc<SpillDir>,
-    pub(crate) config: SpillConfig,
-    wake_pending: AtomicBool,
-    /// What the writers waiting for room right now need, in total (see [`NeedGuard`]). A gauge,
-    /// not a last value: a writer that fit or gave up no longer counts.
-    waiting_need: AtomicUsize,
-    /// The largest need of a refused `try_write` since the last round: the next round makes
-    /// room for it, then forgets it (a `try_write` does not wait, so no guard can count it).
-    requested: AtomicUsize,
-}
-
-/// Counts a waiting writer's need in [`SpillSide`] until the write returns or is dropped.
-#[derive(Debug)]
-pub(crate) struct NeedGuard<'a> {
-    side: &'a SpillSide,
-    bytes: usize,
-}
-
-impl<'a> NeedGuard<'a> {
-    pub(crate) fn new(side: &'a SpillSide, bytes: usize) -> Self {
-        side.waiting_need.fetch_add(bytes, Ordering::AcqRel);
-        Self { side, bytes }
-    }
-}
-
-impl Drop for NeedGuard<'_> {
-    fn drop(&mut self) {
-        self.side
-            .waiting_need
-            .fetch_sub(self.bytes, Ordering::AcqRel);
-    }
-}
-
-impl SpillSide {
-    pub(crate) fn new(dir: Arc<SpillDir>, config: SpillConfig) -> Self {
-        Self {
-            dir,
-            config,
-            wake_pending: AtomicBool::new(false),
-            waiting_need: AtomicUsize::new(0),
-            requested: AtomicUsize::new(0),
-        }
-    }
-
-    /// Asks the next round to make room for `bytes` (a refused `try_write`).
-    pub(crate) fn request(&self, bytes: usize) {
-        self.requested.fetch_max(bytes, Ordering::AcqRel);
-    }
-}
 
 /// Owns the spiller thread; the last buffer handle's drop (or `close`) stops it.
 #[derive(Debug)]

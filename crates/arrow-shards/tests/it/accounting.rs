@@ -129,13 +129,13 @@ fn buffers_sharing_a_pool_share_one_budget() {
     let a = ShardBuffer::builder(one.schema(), 2)
         .with_compact_target_rows(0)
         .with_memory_pool(pool.clone())
-        .with_spill_disabled()
+        .with_spill(false)
         .build()
         .unwrap();
     let b = ShardBuffer::builder(one.schema(), 2)
         .with_compact_target_rows(0)
         .with_memory_pool(pool.clone())
-        .with_spill_disabled()
+        .with_spill(false)
         .build()
         .unwrap();
     a.write_blocking(0, big_batch(1000, 0)).unwrap();

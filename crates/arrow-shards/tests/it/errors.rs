@@ -103,7 +103,7 @@ fn write_to_a_sealed_partition() {
 fn memory_exhausted_reports_needed_reserved_and_limit() {
     let buf = ShardBuffer::builder(schema(), 2)
         .with_memory_limit(100_000)
-        .with_spill_disabled()
+        .with_spill(false)
         .build()
         .unwrap();
     buf.write_blocking(0, batch(1000)).unwrap();
@@ -214,4 +214,86 @@ fn errors_cross_into_arrow_and_downcast_back() {
         inner.downcast_ref::<Error>(),
         Some(Error::AlreadyRead { partition: 3 })
     ));
+}
+
+#[test]
+fn the_builder_refuses_spill_settings_that_could_not_act() {
+    let schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+        "k",
+        arrow_schema::DataType::Int64,
+        false,
+    )]));
+    let builder = || ShardBuffer::builder(schema.clone(), 2);
+    let off = builder()
+        .with_memory_limit(1 << 20)
+        .with_spill(false)
+        .with_spill_dir(std::env::temp_dir())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            off,
+            ConfigError::Conflict {
+                setting: "with_spill_dir",
+                ..
+            }
+        ),
+        "{off}"
+    );
+    let unlimited = builder()
+        .with_spill_segment_bytes(1 << 10)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            unlimited,
+            ConfigError::Conflict {
+                setting: "with_spill_segment_bytes",
+                ..
+            }
+        ),
+        "{unlimited}"
+    );
+    assert!(
+        unlimited.to_string().contains("memory limit"),
+        "{unlimited}"
+    );
+    let zstd = builder()
+        .with_memory_limit(1 << 20)
+        .with_compression(arrow_shards::Compression::Zstd { level: 1000 })
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(zstd, ConfigError::InvalidCompression { .. }),
+        "{zstd}"
+    );
+    assert!(
+        std::error::Error::source(&zstd).is_some(),
+        "the IPC writer's reason is the source"
+    );
+    // defaults given explicitly are no contradiction
+    builder()
+        .with_compression(arrow_shards::Compression::None)
+        .with_spill(true)
+        .build()
+        .unwrap();
+}
+
+#[test]
+fn errors_keep_their_cause() {
+    let schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+        "k",
+        arrow_schema::DataType::Int64,
+        false,
+    )]));
+    let buffer = ShardBuffer::builder(schema.clone(), 1).build().unwrap();
+    buffer.finish().unwrap();
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![Arc::new(arrow_array::Int64Array::from(vec![1])) as _],
+    )
+    .unwrap();
+    let refused = buffer.write_blocking(0, batch).unwrap_err();
+    let source = std::error::Error::source(&refused).expect("the buffer's error is the source");
+    assert_eq!(source.to_string(), Error::Finished.to_string());
 }

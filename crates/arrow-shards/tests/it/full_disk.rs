@@ -159,7 +159,10 @@ fn run(root: &Path) {
     );
     let metrics = buffer.metrics();
     let error = metrics.spill_error.expect("the spill failed");
-    assert!(error.contains(&dir.display().to_string()), "{error}");
+    assert!(
+        error.to_string().contains(&dir.display().to_string()),
+        "{error}"
+    );
     // the failed run left no partial file: every run file on disk is a complete one in use
     assert!(
         metrics.spill_files >= run_files(&dir).len() as u64,

@@ -1,5 +1,6 @@
 //! The fuzz targets on stable: the committed corpus (`fuzz/corpus/<target>/`) and seeded random
-//! inputs through the same functions the cargo-fuzz targets call (`fuzz_logic.rs`).
+//! inputs through the same functions the cargo-fuzz targets call (`arrow_shards_spill::fuzz` for
+//! the decode targets, `fuzz_state_machine.rs` for the buffer's).
 //!
 //! `ARROW_SHARDS_WRITE_SEEDS=1 cargo test -p arrow-shards --test it fuzz_replay` (re)writes
 //! the seed files; `ARROW_SHARDS_FUZZ_SECONDS=n` keeps feeding random inputs for `n` seconds
@@ -11,8 +12,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::fuzz_logic::{DecodeTarget, state_machine};
-use crate::fuzz_payload::{Outcome, PayloadTarget};
+use arrow_shards_spill::fuzz::{DecodeTarget, Outcome, PayloadTarget};
+
+use crate::fuzz_state_machine::state_machine;
 
 fn corpus(target: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -24,7 +24,7 @@ fn waiting_setup(spill: bool) -> (ShardBuffer, ShardBuffer, tempfile::TempDir) {
     let other = ShardBuffer::builder(batch(0, 1).schema(), 1)
         .with_compact_target_rows(0)
         .with_memory_pool(pool.clone())
-        .with_spill_disabled()
+        .with_spill(false)
         .build()
         .unwrap();
     other.write_blocking(0, batch(0, 1000)).unwrap();
@@ -35,7 +35,7 @@ fn waiting_setup(spill: bool) -> (ShardBuffer, ShardBuffer, tempfile::TempDir) {
     let buffer = if spill {
         builder.with_spill_dir(root.path()).build().unwrap()
     } else {
-        builder.with_spill_disabled().build().unwrap()
+        builder.with_spill(false).build().unwrap()
     };
     (buffer, other, root)
 }

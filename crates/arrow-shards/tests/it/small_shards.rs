@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow_array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use arrow_select::filter::filter_record_batch;
 use arrow_shards::{Error, ShardBuffer};
@@ -79,11 +79,12 @@ fn run(case: &Case) {
     let schema: SchemaRef = schema(&case.kinds);
     let dir = tempfile::tempdir().unwrap();
     let mut builder = ShardBuffer::builder(schema.clone(), case.partitions)
-        .with_spill_dir(dir.path())
-        .with_spill_segment_bytes(64 << 10)
         .with_compact_target_rows(if case.compact { 1024 } else { 0 });
     if let Some(limit) = case.limit {
-        builder = builder.with_memory_limit(limit);
+        builder = builder
+            .with_memory_limit(limit)
+            .with_spill_dir(dir.path())
+            .with_spill_segment_bytes(64 << 10);
     }
     let buffer = builder.build().unwrap();
     let sealed_reads: Mutex<HashMap<u32, RecordBatch>> = Mutex::new(HashMap::new());
@@ -267,7 +268,7 @@ fn a_dropped_scatter_write_leaves_nothing_and_a_retry_lands_once() {
     let schema = ints(0..1).schema();
     let buffer = ShardBuffer::builder(schema, 3)
         .with_memory_limit(64 << 10)
-        .with_spill_disabled()
+        .with_spill(false)
         .with_write_timeout(Duration::from_secs(60))
         .build()
         .unwrap();

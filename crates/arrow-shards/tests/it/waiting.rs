@@ -24,7 +24,7 @@ fn blocked_writer_is_released_by_a_read() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 2)
         .with_compact_target_rows(0)
         .with_memory_limit(size())
-        .with_spill_disabled()
+        .with_spill(false)
         .with_write_timeout(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -46,7 +46,7 @@ fn blocked_writer_times_out_with_its_batch() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
         .with_compact_target_rows(0)
         .with_memory_limit(size())
-        .with_spill_disabled()
+        .with_spill(false)
         .with_write_timeout(Duration::from_millis(30))
         .build()
         .unwrap();
@@ -62,13 +62,13 @@ fn async_writer_is_released_by_another_buffer_on_the_same_pool() {
     let other = ShardBuffer::builder(batch(1).schema(), 1)
         .with_compact_target_rows(0)
         .with_memory_pool(pool.clone())
-        .with_spill_disabled()
+        .with_spill(false)
         .build()
         .unwrap();
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
         .with_compact_target_rows(0)
         .with_memory_pool(pool)
-        .with_spill_disabled()
+        .with_spill(false)
         .with_write_timeout(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -99,7 +99,7 @@ fn dropping_a_waiting_write_leaves_nothing_behind() {
     let buffer = ShardBuffer::builder(batch(1).schema(), 1)
         .with_compact_target_rows(0)
         .with_memory_limit(size())
-        .with_spill_disabled()
+        .with_spill(false)
         .with_write_timeout(Duration::from_secs(60))
         .build()
         .unwrap();

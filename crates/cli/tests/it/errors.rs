@@ -1,5 +1,6 @@
-//! Each failure: exit status 1 (2 for usage errors), one line on stderr that names the thing,
-//! no backtrace, and no output left that looks complete.
+//! Each failure: exit status 1 (2 for usage errors), one line on stderr that names the thing
+//! (then its causes, one `caused by:` line each), no backtrace, and no output left that looks
+//! complete.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,15 +12,22 @@ use assert_cmd::Command;
 use crate::util::{fixture, lineitem, listing, shuffle, write_parquet};
 
 /// Runs `command`, expects exit status `code` and nothing on stdout, and returns stderr,
-/// checked to hold no panic and, for status 1, to be one `arrow-shards: error: ` line.
+/// checked to hold no panic and, for status 1, to be one `arrow-shards: error: ` line followed
+/// only by its causes (`  caused by: ...` lines).
 fn fails(command: &mut Command, code: i32) -> String {
     let run = command.assert().code(code).stdout("");
     let stderr = String::from_utf8(run.get_output().stderr.clone()).unwrap();
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(!stderr.contains("backtrace"), "{stderr}");
     if code == 1 {
-        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
         assert!(stderr.starts_with("arrow-shards: error: "), "{stderr}");
+        assert!(
+            stderr
+                .lines()
+                .skip(1)
+                .all(|l| l.starts_with("  caused by: ")),
+            "one error line, then its causes: {stderr}"
+        );
     }
     stderr
 }
@@ -37,7 +45,7 @@ fn a_missing_input_is_named() {
         &mut shuffle(&["/no/such/in.parquet"], "--key a --partitions 2"),
         1,
     );
-    let expected = "cannot read input /no/such/in.parquet: No such file";
+    let expected = "cannot read input /no/such/in.parquet\n  caused by: No such file";
     assert!(err.contains(expected), "{err}");
 }
 

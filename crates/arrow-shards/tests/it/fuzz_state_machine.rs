@@ -1,177 +1,24 @@
-//! The two fuzz targets' logic, shared by the cargo-fuzz targets in `fuzz/` (which include this
-//! file with `#[path]`) and by the stable replay tests in `fuzz_replay.rs`, so CI runs the very
-//! functions the fuzzer runs, over the committed corpus and seeded random inputs.
+//! The `state_machine` fuzz target's logic, shared by the cargo-fuzz target in `fuzz/` (which
+//! includes this file with `#[path]`) and by the stable replay test in `fuzz_replay.rs`, so CI
+//! runs the very function the fuzzer runs, over the committed corpus and seeded random inputs.
+//! (The decode targets' logic lives in the spill crate, `arrow_shards_spill::fuzz`, next to the
+//! decoder it tests.)
 //!
-//! - [`DecodeTarget`]: untrusted bytes as a run file. A real run (three segments of a schema
-//!   with strings, dictionaries, lists and views) is written once and its `SegmentRef`s kept;
-//!   each input then *replaces the file's contents* and every segment is read through its
-//!   `SegmentRef`, which is exactly the path a corrupted disk takes. A read must either return
-//!   the rows that were written (the input left that segment's bytes intact) or fail with
-//!   `SpillError::Corrupt` naming the file and the segment's offset; never panic.
-//! - [`state_machine`]: bytes as a sequence of buffer operations (writes from three producers,
-//!   `try_write`, seals, full and half reads, finish) on a buffer with a tiny memory limit, so
-//!   the spiller runs all the time. Every refusal is checked against a model, every accepted
-//!   row must come back exactly once in its producer's order (or, for a reader dropped half
-//!   way, a per-producer prefix), and after `close` the pool is empty and no file is left.
+//! [`state_machine`]: bytes as a sequence of buffer operations (writes from three producers,
+//! `try_write`, seals, full and half reads, finish) on a buffer with a tiny memory limit, so the
+//! spiller runs all the time. Every refusal is checked against a model, every accepted row must
+//! come back exactly once in its producer's order (or, for a reader dropped half way, a
+//! per-producer prefix), and after `close` the pool is empty and no file is left.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::builder::{Int32Builder, ListBuilder, StringDictionaryBuilder};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type};
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, StringViewArray};
+use arrow_array::types::Int64Type;
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_shards::{Error, ShardBuffer};
-use arrow_shards_spill::{SegmentRef, SpillDir, SpillError, SpillOptions};
-
-/// A run file whose contents each input replaces, with the `SegmentRef`s of the real run.
-pub(crate) struct DecodeTarget {
-    // Kept for their drop: the directory and the run file go with the target.
-    _root: tempfile::TempDir,
-    _dir: Arc<SpillDir>,
-    segments: Vec<(SegmentRef, Vec<RecordBatch>)>,
-    file: PathBuf,
-    original: Vec<u8>,
-}
-
-pub(crate) fn decode_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("name", DataType::Utf8, true),
-        Field::new(
-            "tag",
-            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
-            true,
-        ),
-        Field::new("list", DataType::new_list(DataType::Int32, true), true),
-        Field::new("view", DataType::Utf8View, true),
-    ]))
-}
-
-pub(crate) fn decode_batch(start: i64, rows: usize) -> RecordBatch {
-    let ids = Int64Array::from_iter_values(start..start + rows as i64);
-    let names: StringArray = (0..rows)
-        .map(|i| (i % 7 != 0).then(|| format!("name-{}", start + i as i64)))
-        .collect();
-    let mut tags = StringDictionaryBuilder::<Int32Type>::new();
-    let mut list = ListBuilder::new(Int32Builder::new());
-    for i in 0..rows {
-        tags.append_value(["red", "green", "blue"][i % 3]);
-        for v in 0..(i % 4) as i32 {
-            list.values().append_value(v);
-        }
-        list.append(i % 5 != 0);
-    }
-    let views: StringViewArray = (0..rows)
-        .map(|i| {
-            Some(format!(
-                "a longer string value number {i} that is not inlined"
-            ))
-        })
-        .collect();
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(ids),
-        Arc::new(names),
-        Arc::new(tags.finish()),
-        Arc::new(list.finish()),
-        Arc::new(views),
-    ];
-    RecordBatch::try_new(decode_schema(), columns).expect("columns match the schema")
-}
-
-impl DecodeTarget {
-    /// Writes the real run: partitions 3, 0 and 7, of 2, 1 and 3 batches.
-    pub(crate) fn new() -> Self {
-        let root = tempfile::tempdir().expect("temp dir");
-        let dir = SpillDir::create(root.path()).expect("spill dir");
-        let mut writer = dir.run_writer(decode_schema(), SpillOptions::default());
-        let plan: [(u32, Vec<RecordBatch>); 3] = [
-            (3, vec![decode_batch(0, 5), decode_batch(5, 3)]),
-            (0, vec![decode_batch(100, 1)]),
-            (
-                7,
-                vec![
-                    decode_batch(200, 4),
-                    decode_batch(204, 2),
-                    decode_batch(206, 6),
-                ],
-            ),
-        ];
-        for (partition, batches) in &plan {
-            writer.append(*partition, batches).expect("append");
-        }
-        let refs = writer.finish().expect("finish");
-        let file = refs[0].path().to_path_buf();
-        let original = std::fs::read(&file).expect("run file");
-        let segments = refs
-            .into_iter()
-            .zip(plan)
-            .map(|(segment, (_, batches))| {
-                let schema = decode_schema();
-                let expected =
-                    arrow_select::concat::concat_batches(&schema, &batches).expect("concat");
-                (segment, vec![expected])
-            })
-            .collect();
-        Self {
-            _root: root,
-            _dir: dir,
-            segments,
-            file,
-            original,
-        }
-    }
-
-    /// The bytes of the real run file (the seed of the corpus).
-    pub(crate) fn original(&self) -> &[u8] {
-        &self.original
-    }
-
-    /// Replaces the run file's contents with `data` and reads every segment: each read returns
-    /// exactly the rows written or a `Corrupt` error naming the file and the segment's offset.
-    /// Returns how many segments read back intact.
-    pub(crate) fn run(&self, data: &[u8]) -> usize {
-        std::fs::write(&self.file, data).expect("rewrite the run file");
-        let mut intact = 0;
-        for (segment, expected) in &self.segments {
-            match segment.read() {
-                Ok(batches) => {
-                    let schema = decode_schema();
-                    let got =
-                        arrow_select::concat::concat_batches(&schema, &batches).expect("concat");
-                    assert_eq!(
-                        &got, &expected[0],
-                        "a segment read without error must hold exactly what was written"
-                    );
-                    intact += 1;
-                }
-                Err(error) => assert_corrupt(error, segment),
-            }
-        }
-        intact
-    }
-}
-
-/// Asserts that reading `segment` failed as `Corrupt`, naming its file, offset and partition.
-pub(crate) fn assert_corrupt(error: SpillError, segment: &SegmentRef) {
-    match error {
-        SpillError::Corrupt {
-            file,
-            offset,
-            partition,
-            reason,
-        } => {
-            assert_eq!(file, segment.path());
-            assert_eq!(offset, segment.offset());
-            assert_eq!(partition, segment.partition());
-            assert!(!reason.is_empty());
-        }
-        other => panic!("bad bytes must be reported as corrupt, not as {other}"),
-    }
-}
 
 /// Reads a little-endian cursor over the fuzz input; zeros once it is used up.
 struct Bytes<'a> {

@@ -1,0 +1,28 @@
+//! The settings of a built buffer, as the buffer, the spiller and the readers use them (made by
+//! [`crate::ShardBufferBuilder::build`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use arrow_shards_spill::SpillOptions;
+
+use crate::compact::CompactConfig;
+
+/// The settings of a built buffer.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) write_timeout: Option<Duration>,
+    pub(crate) read_batch_rows: Option<usize>,
+    pub(crate) compact: Option<CompactConfig>,
+}
+
+/// The spill settings of a built buffer, in bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct SpillConfig {
+    pub(crate) root: PathBuf,
+    pub(crate) threshold_bytes: usize,
+    pub(crate) target_bytes: usize,
+    pub(crate) max_round_bytes: usize,
+    pub(crate) segment_bytes: usize,
+    pub(crate) options: SpillOptions,
+}

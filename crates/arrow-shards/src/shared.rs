@@ -1,0 +1,60 @@
+//! What every handle of a buffer, its readers and its spiller thread share: the schema, the
+//! pool, the settings, the state behind its lock, the counters kept outside it, the spill side.
+//!
+//! # Locking
+//! `state` is the buffer's one lock (see [`crate::state`]); `counters` are atomics updated
+//! without it. Lock order: `State`, then the pool's release signal (inside `MemoryPool::shrink`).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use arrow_schema::SchemaRef;
+use arrow_shards_memory::MemoryPool;
+
+use crate::compact::CompactConfig;
+use crate::config::Config;
+use crate::error::Error;
+use crate::spill_side::SpillSide;
+use crate::state::State;
+use std::sync::Arc;
+
+/// State shared by every clone of a buffer and by its readers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) schema: SchemaRef,
+    pub(crate) num_partitions: u32,
+    pub(crate) pool: Arc<dyn MemoryPool>,
+    pub(crate) config: Config,
+    /// `config.compact`, read on every write.
+    pub(crate) compact: Option<CompactConfig>,
+    pub(crate) state: Mutex<State>,
+    pub(crate) counters: Counters,
+    pub(crate) spill: Option<SpillSide>,
+}
+
+/// Counters updated outside the state lock.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) batches_read: AtomicU64,
+    pub(crate) rows_read: AtomicU64,
+    pub(crate) write_wait_nanos: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic under the lock cannot leave State half-updated in a way that loses batches:
+        // every mutation is a push or a take; keep serving rather than poisoning every handle.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn check_partition(&self, partition: u32) -> Result<(), Error> {
+        if partition < self.num_partitions {
+            Ok(())
+        } else {
+            Err(Error::PartitionOutOfRange {
+                partition,
+                num_partitions: self.num_partitions,
+            })
+        }
+    }
+}
