@@ -90,15 +90,36 @@ impl Buffer {
     }
 
     /// Writes each row of `batch` to the partition `ids` names; waits while the spiller makes
-    /// room.
+    /// room. A scatter write must fit in the memory limit as a whole, so under a limit the
+    /// batch goes in slices of at most an eighth of it.
     pub(crate) fn write_partitioned(
         &self,
         batch: RecordBatch,
         ids: &[u32],
     ) -> Result<(), CliError> {
-        self.inner
-            .write_partitioned_blocking(batch, ids)
-            .map_err(|e| self.error(e.error()))
+        let rows = batch.num_rows();
+        let step = match self.settings.memory_limit {
+            Some(limit) if rows > 0 => {
+                let per_row = batch.get_array_memory_size().div_ceil(rows).max(1);
+                let most = usize::try_from(limit / 8).unwrap_or(usize::MAX) / per_row;
+                most.clamp(1, rows)
+            }
+            _ => rows.max(1),
+        };
+        let mut start = 0;
+        while start < rows {
+            let len = step.min(rows - start);
+            let part = if len == rows {
+                batch.clone()
+            } else {
+                batch.slice(start, len)
+            };
+            self.inner
+                .write_partitioned_blocking(part, &ids[start..start + len])
+                .map_err(|e| self.error(e.error()))?;
+            start += len;
+        }
+        Ok(())
     }
 
     /// Declares the input complete.

@@ -34,6 +34,13 @@ use crate::progress::Progress;
 use crate::summary::{Report, peak_rss, seconds};
 use crate::verify::{PartitionCheck, check_row_counts};
 
+/// Rows per input batch at least, whatever `--batch-rows` says (which then sets the size of the
+/// batches read back). With 8192-row input batches over 1024 partitions every partition's share
+/// of a batch is ~8 rows, and the per-range costs of the scatter write dominate; 65,536-row
+/// batches make the shares 8x longer. In flight: one decoded batch and its reordered copy per
+/// thread (~15 MB each for lineitem), outside the buffer's limit (docs/benchmarks.md).
+const INPUT_BATCH_ROWS: usize = 65_536;
+
 /// Runs a shuffle; the report of a successful run.
 pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
     let started = Instant::now();
@@ -64,7 +71,9 @@ pub(crate) fn run(args: &ShuffleArgs) -> Result<Report, CliError> {
 
     // Phase 1: inputs -> partitions -> buffer.
     progress.start_input(inputs.total_rows());
-    let stream = Mutex::new(inputs.batches(args.batch_rows as usize));
+    // Input batches are partitioned whole, so their rows per partition are what each copy into
+    // the buffer moves: larger input batches make those copies longer (see INPUT_BATCH_ROWS).
+    let stream = Mutex::new(inputs.batches((args.batch_rows as usize).max(INPUT_BATCH_ROWS)));
     let shuffled = on_threads(threads, &stop, || {
         shuffle_in(
             &stream,
