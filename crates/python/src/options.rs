@@ -71,7 +71,7 @@ impl Settings<'_> {
                     ),
                 ));
             }
-            (false, None) => builder = builder.with_spill_disabled(),
+            (false, None) => builder = builder.with_spill(false),
         }
         builder = builder.with_compression(compression(py, &self.compression)?);
         if let Some(timeout) = &self.write_timeout {
