@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use arrow_schema::ArrowError;
+use arrow_shards_spill::SchemaMismatch;
 use thiserror::Error;
 
 /// What went wrong while merging a partition, apart from reading a segment (which reports the
@@ -14,15 +15,14 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum MergeError {
-    /// A batch does not have the fields the partition was declared with.
-    #[error("{origin} has fields {found}, but the partition's schema has {expected}")]
+    /// A batch does not conform to the partition's schema (the rule of
+    /// [`check_schema`](arrow_shards_spill::check_schema)).
+    #[error("{origin} does not match the partition's schema: {source}")]
     SchemaMismatch {
-        /// Which input: "memory batch 3", "segment 2 (partition 7, file ...)".
+        /// Which input: "memory, batch 3", "segment 2 (partition 7, offset 0 of ...), batch 0".
         origin: String,
-        /// The partition's fields, formatted.
-        expected: String,
-        /// The batch's fields, formatted.
-        found: String,
+        /// The first field that differs, and how.
+        source: SchemaMismatch,
     },
     /// The blocking task reading a segment panicked or was cancelled, so its batches are lost.
     #[error("reading segment at offset {offset} of {path} did not complete: {reason}")]

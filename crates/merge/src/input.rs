@@ -12,7 +12,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 use arrow_shards_memory::sizing::{Allocation, batch_allocations};
 use arrow_shards_memory::{AllocationSet, MemoryReservation};
-use arrow_shards_spill::SegmentRef;
+use arrow_shards_spill::{SegmentRef, conform_batch};
 
 use crate::MergeError;
 
@@ -117,7 +117,9 @@ impl ChargedBatches {
     }
 
     /// Takes the next batch with the bytes it releases; the last batch also takes whatever the
-    /// reservation holds beyond the batches' allocations.
+    /// reservation holds beyond the batches' allocations. The batch must conform to the
+    /// partition's schema (the spill crate's rule, [`conform_batch`]) and comes out re-labelled
+    /// with it.
     pub(crate) fn next(&mut self) -> Option<Result<Charged, ArrowError>> {
         let (batch, allocs) = self.batches.pop_front()?;
         let index = self.next_index;
@@ -127,15 +129,14 @@ impl ChargedBatches {
         if self.batches.is_empty() {
             charge.merge(self.reservation.split(self.reservation.size()));
         }
-        if !same_fields(&batch, &self.schema) {
-            return Some(Err(MergeError::SchemaMismatch {
+        match conform_batch(&self.schema, batch) {
+            Ok(batch) => Some(Ok(Charged { batch, charge })),
+            Err((source, _)) => Some(Err(MergeError::SchemaMismatch {
                 origin: format!("{}, batch {index}", self.origin),
-                expected: format!("{:?}", self.schema.fields()),
-                found: format!("{:?}", batch.schema_ref().fields()),
+                source,
             }
-            .into()));
+            .into())),
         }
-        Some(Ok(Charged { batch, charge }))
     }
 }
 
@@ -160,9 +161,4 @@ impl std::fmt::Display for Origin {
             ),
         }
     }
-}
-
-fn same_fields(batch: &RecordBatch, schema: &SchemaRef) -> bool {
-    let found = batch.schema_ref();
-    SchemaRef::ptr_eq(found, schema) || found.fields() == schema.fields()
 }

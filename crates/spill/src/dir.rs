@@ -14,12 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use arrow_schema::SchemaRef;
-
 use crate::error::{SpillError, io_error};
 use crate::fs::Fs;
 use crate::metrics::{Counters, SpillMetrics};
-use crate::{RunWriter, SpillOptions};
 
 /// Prefix of every spill directory's name.
 pub(crate) const DIR_PREFIX: &str = "arrow-shards-spill-";
@@ -33,7 +30,7 @@ pub(crate) const MARKER_TAG: &str = "arrow-shards-spill 1";
 /// `create` makes a new directory under the given root with a unique name, mode 0700, and a
 /// marker file recording the owning process, so that [`sweep`](crate::sweep) can later remove
 /// it if this process crashes. Run files inside are named by a counter; nothing the caller
-/// supplies ever becomes part of a path.
+/// supplies ever becomes part of a path. [`SpillDir::run_writer`] starts a run.
 #[derive(Debug)]
 pub struct SpillDir {
     path: PathBuf,
@@ -43,6 +40,7 @@ pub struct SpillDir {
     next_file: AtomicU64,
 }
 
+// `run_writer` is in `writer.rs`, so that the writer depends on the directory and not both ways.
 impl SpillDir {
     /// Creates a new private spill directory under `root` (typically `std::env::temp_dir()`).
     ///
@@ -140,11 +138,6 @@ impl SpillDir {
     /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Starts a run: one append-only file (more if it rotates) written by the returned writer.
-    pub fn run_writer(self: &Arc<Self>, schema: SchemaRef, options: SpillOptions) -> RunWriter {
-        RunWriter::new(Arc::clone(self), schema, options)
     }
 
     /// A snapshot of the directory's counters.

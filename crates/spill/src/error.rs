@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use arrow_schema::ArrowError;
 
+use crate::schema::SchemaMismatch;
+
 /// Errors from spilling to and reading from disk.
 ///
 /// A full disk ([`SpillError::DiskFull`]) is kept apart from other I/O failures because the
@@ -70,15 +72,19 @@ pub enum SpillError {
         /// The spill directory.
         dir: PathBuf,
     },
-    /// A batch's schema differs from the run writer's schema.
-    #[error("batch for partition {partition} does not match the spill run's schema in {}: {reason}", dir.display())]
+    /// A batch's schema does not conform to the run writer's schema (see
+    /// [`check_schema`](crate::check_schema) for the rule).
+    #[error(
+        "batch for partition {partition} does not match the spill run's schema in {}: {source}",
+        dir.display()
+    )]
     SchemaMismatch {
         /// The spill directory.
         dir: PathBuf,
         /// The partition being appended.
         partition: u32,
-        /// Which field differs.
-        reason: String,
+        /// Which field differs, and how.
+        source: SchemaMismatch,
     },
     /// The options given to the run writer are invalid.
     #[error("invalid spill options for {}: {reason}", dir.display())]
@@ -105,10 +111,24 @@ impl From<SpillError> for ArrowError {
     }
 }
 
-/// True if `error` means the filesystem or quota is full.
-pub(crate) fn is_disk_full(error: &io::Error) -> bool {
-    error.kind() == io::ErrorKind::StorageFull
-        || matches!(error.raw_os_error(), Some(code) if code == libc::ENOSPC || code == libc::EDQUOT)
+/// True if `error` means the filesystem is full (ENOSPC, [`io::ErrorKind::StorageFull`]) or the
+/// user's quota is exhausted (EDQUOT, [`io::ErrorKind::QuotaExceeded`]).
+///
+/// The one test for a full disk in the workspace: [`SpillError::DiskFull`] is built with it, and
+/// the layers above use it for their own I/O.
+///
+/// ```
+/// use std::io;
+/// use arrow_shards_spill::is_disk_full;
+/// assert!(is_disk_full(&io::Error::from_raw_os_error(28))); // ENOSPC on Linux
+/// assert!(is_disk_full(&io::ErrorKind::QuotaExceeded.into()));
+/// assert!(!is_disk_full(&io::ErrorKind::PermissionDenied.into()));
+/// ```
+pub fn is_disk_full(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    ) || matches!(error.raw_os_error(), Some(code) if code == libc::ENOSPC || code == libc::EDQUOT)
 }
 
 /// Maps an I/O error on `path` inside spill directory `dir`: full disk or quota becomes
@@ -141,6 +161,7 @@ mod tests {
             io::Error::from_raw_os_error(libc::ENOSPC),
             io::Error::from_raw_os_error(libc::EDQUOT),
             io::Error::from(io::ErrorKind::StorageFull),
+            io::Error::from(io::ErrorKind::QuotaExceeded),
         ] {
             let error = map(source);
             assert!(

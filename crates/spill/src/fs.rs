@@ -14,9 +14,16 @@ use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::Path;
 
-/// The kinds of filesystem operation, for fault injection.
-#[cfg(any(test, feature = "test-utils"))]
+/// The kinds of filesystem operation, for fault injection. Every operation of [`Fs`] names its
+/// kind; without `test-utils` the kind goes unused (and the type is not exported).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    not(any(test, feature = "test-utils")),
+    expect(
+        unreachable_pub,
+        reason = "public only with test-utils, where lib.rs re-exports it"
+    )
+)]
 pub enum FsOp {
     /// Creating a run file.
     CreateFile,
@@ -129,7 +136,7 @@ impl Fs {
 
     #[cfg(not(any(test, feature = "test-utils")))]
     #[inline(always)]
-    fn check(&self, _op: Op) -> io::Result<()> {
+    fn check(&self, _op: FsOp) -> io::Result<()> {
         Ok(())
     }
 
@@ -151,7 +158,7 @@ impl Fs {
 
     /// Creates file `path` for writing: new, mode 0600, not through a symlink.
     pub(crate) fn create_file(&self, path: &Path) -> io::Result<File> {
-        self.check(Op::CreateFile)?;
+        self.check(FsOp::CreateFile)?;
         OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -162,7 +169,7 @@ impl Fs {
 
     /// Opens `path` for reading, not through a symlink.
     pub(crate) fn open_read(&self, path: &Path) -> io::Result<File> {
-        self.check(Op::Open)?;
+        self.check(FsOp::Open)?;
         OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW)
@@ -171,7 +178,7 @@ impl Fs {
 
     /// Writes all of `bytes` to `file`.
     pub(crate) fn write_all(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
-        self.check(Op::Write)?;
+        self.check(FsOp::Write)?;
         file.write_all(bytes)
     }
 
@@ -182,7 +189,7 @@ impl Fs {
         file: &mut File,
         mut bufs: &mut [IoSlice<'_>],
     ) -> io::Result<()> {
-        self.check(Op::Write)?;
+        self.check(FsOp::Write)?;
         IoSlice::advance_slices(&mut bufs, 0);
         while !bufs.is_empty() {
             match file.write_vectored(bufs) {
@@ -197,25 +204,25 @@ impl Fs {
 
     /// `fdatasync`.
     pub(crate) fn sync(&self, file: &File) -> io::Result<()> {
-        self.check(Op::Sync)?;
+        self.check(FsOp::Sync)?;
         file.sync_data()
     }
 
     /// Fills `buf` from `file` at `offset`; a short file gives `UnexpectedEof`.
     pub(crate) fn read_exact_at(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.check(Op::Read)?;
+        self.check(FsOp::Read)?;
         file.read_exact_at(buf, offset)
     }
 
     /// Removes file `path` (a symlink itself, never its target).
     pub(crate) fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.check(Op::Remove)?;
+        self.check(FsOp::Remove)?;
         fs::remove_file(path)
     }
 
     /// Removes directory `path` and its contents without following symlinks.
     pub(crate) fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.check(Op::Remove)?;
+        self.check(FsOp::Remove)?;
         fs::remove_dir_all(path)
     }
 
@@ -251,21 +258,6 @@ impl Fs {
             .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
             .open(path)
     }
-}
-
-#[cfg(any(test, feature = "test-utils"))]
-use FsOp as Op;
-
-/// Without `test-utils` the operation kinds exist only to keep call sites uniform.
-#[cfg(not(any(test, feature = "test-utils")))]
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Op {
-    CreateFile,
-    Open,
-    Write,
-    Sync,
-    Read,
-    Remove,
 }
 
 #[cfg(test)]

@@ -22,6 +22,12 @@
 //! - [`SpillError`]: every error names its path; a full disk is [`SpillError::DiskFull`], bad
 //!   bytes are [`SpillError::Corrupt`].
 //!
+//! Beside them, what the layers above share so that it exists once: the schema rule
+//! ([`check_schema`], [`conform_batch`], [`SchemaMismatch`]) that the writer, the reader, the
+//! merge and the buffer all apply; the full-disk test [`is_disk_full`]; [`panic_message`].
+//! With feature `test-utils`, `FaultPlan` injects filesystem faults and the `fuzz` module holds
+//! the logic of the decode fuzz targets.
+//!
 //! Resources stay bounded: a writer holds one file descriptor, a read opens, reads and closes
 //! its file, so 10,000 partitions in a run cost one file, not 10,000.
 //!
@@ -64,23 +70,30 @@
 //! # }
 //! ```
 
+mod decode;
 mod dir;
 mod error;
 mod format;
 mod fs;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod fuzz;
 mod metrics;
 mod options;
+mod panic;
 mod read;
+mod schema;
 mod segment;
 mod sweep;
 mod writer;
 
 pub use dir::SpillDir;
-pub use error::SpillError;
+pub use error::{SpillError, is_disk_full};
 #[cfg(any(test, feature = "test-utils"))]
 pub use fs::{FaultPlan, FsOp};
 pub use metrics::SpillMetrics;
 pub use options::{Compression, DEFAULT_COALESCE_ROWS, DEFAULT_MAX_FILE_BYTES, SpillOptions};
+pub use panic::panic_message;
+pub use schema::{SchemaMismatch, check_schema, conform_batch};
 pub use segment::SegmentRef;
 pub use sweep::{SweepReport, sweep};
 pub use writer::RunWriter;

@@ -13,9 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
+use crate::decode::IndexEntry;
 use crate::dir::SpillDir;
 use crate::error::SpillError;
 use crate::metrics::{add, sub};
+use crate::read::read_segment;
 
 /// One run file. Shared by the writer and every segment in it; its last drop removes the file.
 #[derive(Debug)]
@@ -62,14 +64,9 @@ impl Drop for RunFile {
 #[derive(Debug)]
 pub(crate) struct SegmentInner {
     pub(crate) file: Arc<RunFile>,
-    pub(crate) schema: SchemaRef,
-    pub(crate) partition: u32,
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
-    pub(crate) rows: u64,
-    pub(crate) batches: u64,
+    /// What the reader checks the segment's bytes against.
+    pub(crate) entry: IndexEntry,
     pub(crate) memory_bytes: usize,
-    pub(crate) checksum: u32,
 }
 
 /// Where one partition's spilled batches are: a byte range of a run file, with what it holds.
@@ -84,7 +81,7 @@ pub struct SegmentRef {
 impl SegmentRef {
     /// The partition id given to [`RunWriter::append`](crate::RunWriter::append).
     pub fn partition(&self) -> u32 {
-        self.inner.partition
+        self.inner.entry.partition
     }
 
     /// The run file holding the segment.
@@ -94,28 +91,28 @@ impl SegmentRef {
 
     /// Byte offset of the segment (its header) in the file.
     pub fn offset(&self) -> u64 {
-        self.inner.offset
+        self.inner.entry.offset
     }
 
     /// Length of the segment in bytes, header and trailer included.
     pub fn len(&self) -> u64 {
-        self.inner.len
+        self.inner.entry.len
     }
 
     /// Always false: a segment has at least its frame and IPC schema message. See
     /// [`SegmentRef::rows`] for whether it holds data.
     pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
+        self.inner.entry.len == 0
     }
 
     /// Rows in the segment.
     pub fn rows(&self) -> u64 {
-        self.inner.rows
+        self.inner.entry.rows
     }
 
     /// Record batches (IPC messages) in the segment, after coalescing.
     pub fn batches(&self) -> u64 {
-        self.inner.batches
+        self.inner.entry.batches
     }
 
     /// In-memory bytes of the batches that were appended: the distinct allocations they
@@ -127,12 +124,12 @@ impl SegmentRef {
 
     /// The CRC32C stored in the segment's trailer.
     pub fn checksum(&self) -> u32 {
-        self.inner.checksum
+        self.inner.entry.checksum
     }
 
     /// The schema of the batches.
     pub fn schema(&self) -> &SchemaRef {
-        &self.inner.schema
+        &self.inner.entry.schema
     }
 
     /// Reads the segment back (blocking): reads exactly its bytes, verifies the checksum, then
@@ -141,24 +138,7 @@ impl SegmentRef {
     ///
     /// Bytes that fail verification give [`SpillError::Corrupt`]; nothing is decoded from them.
     pub fn read(&self) -> Result<Vec<RecordBatch>, SpillError> {
-        crate::read::read_segment(&self.inner)
-    }
-
-    /// Test support (feature `test-utils`): this segment's handle with another length and
-    /// checksum, as if the index had recorded them. Lets a test rewrite a segment with a valid
-    /// frame and CRC around other payload bytes, so the IPC decoder behind the checksum sees
-    /// them (the fuzz target `ipc_payload` does).
-    #[cfg(any(test, feature = "test-utils"))]
-    #[doc(hidden)]
-    pub fn reframed_for_testing(&self, len: u64, checksum: u32) -> SegmentRef {
-        SegmentRef {
-            inner: Arc::new(SegmentInner {
-                file: Arc::clone(&self.inner.file),
-                schema: Arc::clone(&self.inner.schema),
-                len,
-                checksum,
-                ..*self.inner
-            }),
-        }
+        let inner = &self.inner;
+        read_segment(&inner.file.dir, &inner.file.path, &inner.entry)
     }
 }

@@ -27,10 +27,12 @@ use arrow_shards_memory::AllocationSet;
 use arrow_shards_memory::sizing::batch_allocations;
 
 use crate::SpillOptions;
+use crate::decode::IndexEntry;
 use crate::dir::SpillDir;
 use crate::error::{SpillError, io_error};
 use crate::format::{HEADER_LEN, Header, Trailer};
 use crate::metrics::{add, add_time};
+use crate::schema::conform_batch;
 use crate::segment::{RunFile, SegmentInner, SegmentRef};
 
 /// Bytes gathered before a `write` call; larger pieces are written directly.
@@ -68,8 +70,15 @@ struct OpenFile {
     pos: u64,
 }
 
+impl SpillDir {
+    /// Starts a run: one append-only file (more if it rotates) written by the returned writer.
+    pub fn run_writer(self: &Arc<Self>, schema: SchemaRef, options: SpillOptions) -> RunWriter {
+        RunWriter::new(Arc::clone(self), schema, options)
+    }
+}
+
 impl RunWriter {
-    pub(crate) fn new(dir: Arc<SpillDir>, schema: SchemaRef, options: SpillOptions) -> Self {
+    fn new(dir: Arc<SpillDir>, schema: SchemaRef, options: SpillOptions) -> Self {
         let ipc_options = options.ipc_write_options().map_err(|e| e.to_string());
         Self {
             dir,
@@ -118,11 +127,9 @@ impl RunWriter {
                 });
             }
         };
-        for batch in batches {
-            self.check_schema(partition, batch)?;
-        }
+        let batches = self.conform(partition, batches)?;
         let start = Instant::now();
-        let result = self.write_segment(partition, batches, ipc_options);
+        let result = self.write_segment(partition, &batches, ipc_options);
         add_time(&self.dir.counters.write_nanos, start.elapsed());
         match result {
             Ok(segment) => {
@@ -165,35 +172,25 @@ impl RunWriter {
         Ok(segments)
     }
 
-    fn check_schema(&self, partition: u32, batch: &RecordBatch) -> Result<(), SpillError> {
-        let mismatch = |reason: String| SpillError::SchemaMismatch {
-            dir: self.dir.path().to_path_buf(),
-            partition,
-            reason,
-        };
-        let fields = self.schema.fields();
-        if batch.num_columns() != fields.len() {
-            return Err(mismatch(format!(
-                "{} columns, expected {}",
-                batch.num_columns(),
-                fields.len()
-            )));
-        }
-        for (i, (field, column)) in fields.iter().zip(batch.columns()).enumerate() {
-            if column.data_type() != field.data_type() {
-                return Err(mismatch(format!(
-                    "column {i} has type {}, expected {}",
-                    column.data_type(),
-                    field.data_type()
-                )));
-            }
-            if !field.is_nullable() && column.null_count() > 0 {
-                return Err(mismatch(format!(
-                    "column {i} has nulls but its field is not nullable"
-                )));
-            }
-        }
-        Ok(())
+    /// The batches re-labelled with the run's schema, or the first that does not conform to it
+    /// (the workspace's one schema rule, [`conform_batch`]).
+    fn conform(
+        &self,
+        partition: u32,
+        batches: &[RecordBatch],
+    ) -> Result<Vec<RecordBatch>, SpillError> {
+        batches
+            .iter()
+            .map(|batch| {
+                conform_batch(&self.schema, batch.clone()).map_err(|(source, _)| {
+                    SpillError::SchemaMismatch {
+                        dir: self.dir.path().to_path_buf(),
+                        partition,
+                        source,
+                    }
+                })
+            })
+            .collect()
     }
 
     /// Flushes and closes the current file, syncing it if asked to.
@@ -221,138 +218,189 @@ impl RunWriter {
         io_error(self.dir.path(), path, error)
     }
 
-    fn arrow(&self, source: ArrowError) -> SpillError {
-        let path = self
-            .current
-            .as_ref()
-            .map_or_else(|| self.dir.path().to_path_buf(), |o| o.run.path.clone());
-        SpillError::Arrow { path, source }
-    }
-
     /// The file to write the next segment to, rotating or creating it as needed.
-    fn file_for_next_segment(&mut self) -> Result<(), SpillError> {
+    fn file_for_next_segment(&mut self) -> Result<&mut OpenFile, SpillError> {
         if let Some(open) = &self.current
             && open.pos > 0
             && open.pos >= self.options.max_file_bytes()
         {
             self.close_current()?;
         }
-        if self.current.is_none() {
-            let path: PathBuf = self.dir.next_file_path();
-            let file = self
-                .dir
-                .fs
-                .create_file(&path)
-                .map_err(|e| self.io(&path, e))?;
-            let run = Arc::new(RunFile::new(Arc::clone(&self.dir), path));
-            self.current = Some(OpenFile {
-                run,
-                file,
-                buf: Vec::with_capacity(WRITE_BUFFER),
-                pos: 0,
-            });
-        }
-        Ok(())
+        let open = match self.current.take() {
+            Some(open) => open,
+            None => {
+                let path: PathBuf = self.dir.next_file_path();
+                let file = self
+                    .dir
+                    .fs
+                    .create_file(&path)
+                    .map_err(|e| self.io(&path, e))?;
+                OpenFile {
+                    run: Arc::new(RunFile::new(Arc::clone(&self.dir), path)),
+                    file,
+                    buf: Vec::with_capacity(WRITE_BUFFER),
+                    pos: 0,
+                }
+            }
+        };
+        Ok(self.current.insert(open))
     }
 
+    /// Writes one framed segment of `batches` (which conform to the run's schema) at the end
+    /// of the current file.
     fn write_segment(
         &mut self,
         partition: u32,
         batches: &[RecordBatch],
         ipc_options: IpcWriteOptions,
     ) -> Result<SegmentRef, SpillError> {
-        let mut allocations = AllocationSet::new();
-        let memory_bytes: usize = batches
-            .iter()
-            .map(|b| allocations.insert(&batch_allocations(b)))
-            .sum();
-        drop(allocations);
-
-        self.file_for_next_segment()?;
-        let mut encoder = StreamEncoder::try_new_with_options(&self.schema, ipc_options)
-            .map_err(|e| self.arrow(e))?;
-        let dir = Arc::clone(&self.dir);
-        let Some(open) = self.current.as_mut() else {
-            // file_for_next_segment just opened one; report rather than panic if not
-            let source = std::io::Error::other("no run file open after creating one");
-            return Err(SpillError::Io {
-                path: dir.path().to_path_buf(),
-                source,
-            });
-        };
-        let offset = open.pos;
+        let memory_bytes = distinct_bytes(batches);
+        let schema = Arc::clone(&self.schema);
         let header = Header {
             compression: self.options.compression().code(),
             partition,
-        }
-        .encode();
-        let mut crc = crc32c::crc32c(&header);
-        open.put(&dir, &header)?;
-
-        let mut rows = 0u64;
-        let mut count = 0u64;
-        let mut emit = |open: &mut OpenFile, batch: &RecordBatch| -> Result<(), SpillError> {
-            let batch = compact_views(batch).map_err(|e| arrow_error(open, e))?;
-            let buffers = encoder.encode(&batch).map_err(|e| arrow_error(open, e))?;
-            open.put_all(&dir, &buffers, &mut crc)?;
-            rows += batch.num_rows() as u64;
-            count += 1;
-            Ok(())
         };
-
-        let target = self.options.coalesce_rows();
-        if target == 0 {
-            for batch in batches {
-                emit(open, batch)?;
-            }
-        } else {
-            let mut coalescer = BatchCoalescer::new(Arc::clone(&self.schema), target)
-                .with_biggest_coalesce_batch_size(Some(target / 2));
-            for batch in batches {
-                coalescer
-                    .push_batch(batch.clone())
-                    .map_err(|e| arrow_error(open, e))?;
-                while let Some(batch) = coalescer.next_completed_batch() {
-                    emit(open, &batch)?;
-                }
-            }
-            coalescer
-                .finish_buffered_batch()
-                .map_err(|e| arrow_error(open, e))?;
-            while let Some(batch) = coalescer.next_completed_batch() {
-                emit(open, &batch)?;
-            }
-        }
-
-        let eos = encoder.finish().map_err(|e| arrow_error(open, e))?;
-        for buffer in &eos {
-            crc = crc32c::crc32c_append(crc, buffer.as_slice());
-            open.put(&dir, buffer.as_slice())?;
-        }
-        let payload_len = open.pos - offset - HEADER_LEN as u64;
-        crc = crc32c::crc32c_append(crc, &Trailer::covered(payload_len, rows, count));
-        let trailer = Trailer {
-            payload_len,
-            rows,
-            batches: count,
-            crc,
-        }
-        .encode();
-        open.put(&dir, &trailer)?;
-
+        let coalesce_rows = self.options.coalesce_rows();
+        let dir = Arc::clone(&self.dir);
+        let open = self.file_for_next_segment()?;
+        let encoder = StreamEncoder::try_new_with_options(&schema, ipc_options)
+            .map_err(|e| arrow_error(open, e))?;
+        let offset = open.pos;
+        let mut segment = SegmentWrite::start(open, &dir, encoder, header)?;
+        segment.write_batches(batches, &schema, coalesce_rows)?;
+        let trailer = segment.finish()?;
         Ok(SegmentRef {
             inner: Arc::new(SegmentInner {
                 file: Arc::clone(&open.run),
-                schema: Arc::clone(&self.schema),
-                partition,
-                offset,
-                len: open.pos - offset,
-                rows,
-                batches: count,
+                entry: IndexEntry {
+                    schema,
+                    partition,
+                    offset,
+                    len: open.pos - offset,
+                    rows: trailer.rows,
+                    batches: trailer.batches,
+                    checksum: trailer.crc,
+                },
                 memory_bytes,
-                checksum: crc,
             }),
         })
+    }
+}
+
+/// In-memory bytes of `batches`: their distinct allocations, each counted once.
+fn distinct_bytes(batches: &[RecordBatch]) -> usize {
+    let mut allocations = AllocationSet::new();
+    batches
+        .iter()
+        .map(|b| allocations.insert(&batch_allocations(b)))
+        .sum()
+}
+
+/// One segment being written: header, then the IPC stream batch by batch, then the trailer,
+/// with the CRC32C accumulated on the way.
+struct SegmentWrite<'a> {
+    open: &'a mut OpenFile,
+    dir: &'a SpillDir,
+    encoder: StreamEncoder,
+    /// Where the segment starts in the file.
+    offset: u64,
+    crc: u32,
+    rows: u64,
+    batches: u64,
+}
+
+impl<'a> SegmentWrite<'a> {
+    /// Writes the header.
+    fn start(
+        open: &'a mut OpenFile,
+        dir: &'a SpillDir,
+        encoder: StreamEncoder,
+        header: Header,
+    ) -> Result<Self, SpillError> {
+        let offset = open.pos;
+        let header = header.encode();
+        let crc = crc32c::crc32c(&header);
+        open.put(dir, &header)?;
+        Ok(Self {
+            open,
+            dir,
+            encoder,
+            offset,
+            crc,
+            rows: 0,
+            batches: 0,
+        })
+    }
+
+    /// Writes `batches` in order, coalesced to `coalesce_rows` rows (0: each as it is).
+    fn write_batches(
+        &mut self,
+        batches: &[RecordBatch],
+        schema: &SchemaRef,
+        coalesce_rows: usize,
+    ) -> Result<(), SpillError> {
+        if coalesce_rows == 0 {
+            return batches.iter().try_for_each(|batch| self.emit(batch));
+        }
+        let mut coalescer = BatchCoalescer::new(Arc::clone(schema), coalesce_rows)
+            .with_biggest_coalesce_batch_size(Some(coalesce_rows / 2));
+        for batch in batches {
+            coalescer
+                .push_batch(batch.clone())
+                .map_err(|e| arrow_error(self.open, e))?;
+            self.emit_completed(&mut coalescer)?;
+        }
+        coalescer
+            .finish_buffered_batch()
+            .map_err(|e| arrow_error(self.open, e))?;
+        self.emit_completed(&mut coalescer)
+    }
+
+    fn emit_completed(&mut self, coalescer: &mut BatchCoalescer) -> Result<(), SpillError> {
+        while let Some(batch) = coalescer.next_completed_batch() {
+            self.emit(&batch)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes one batch (its wasteful view arrays compacted first) and writes it.
+    fn emit(&mut self, batch: &RecordBatch) -> Result<(), SpillError> {
+        let batch = compact_views(batch).map_err(|e| arrow_error(self.open, e))?;
+        let buffers = self
+            .encoder
+            .encode(&batch)
+            .map_err(|e| arrow_error(self.open, e))?;
+        self.open.put_all(self.dir, &buffers, &mut self.crc)?;
+        self.rows += batch.num_rows() as u64;
+        self.batches += 1;
+        Ok(())
+    }
+
+    /// Ends the IPC stream and writes the trailer; returns the trailer written.
+    fn finish(self) -> Result<Trailer, SpillError> {
+        let Self {
+            open,
+            dir,
+            encoder,
+            offset,
+            mut crc,
+            rows,
+            batches,
+        } = self;
+        let eos = encoder.finish().map_err(|e| arrow_error(open, e))?;
+        for buffer in &eos {
+            crc = crc32c::crc32c_append(crc, buffer.as_slice());
+            open.put(dir, buffer.as_slice())?;
+        }
+        let payload_len = open.pos - offset - HEADER_LEN as u64;
+        let trailer = Trailer {
+            payload_len,
+            rows,
+            batches,
+            crc: crc32c::crc32c_append(crc, &Trailer::covered(payload_len, rows, batches)),
+        };
+        open.put(dir, &trailer.encode())?;
+        Ok(trailer)
     }
 }
 
