@@ -123,22 +123,12 @@ impl ShardBuffer {
     /// still written. Sealing twice is harmless.
     pub fn seal(&self, partition: u32) -> Result<(), Error> {
         self.shared.check_partition(partition)?;
-        let mut state = self.shared.lock();
-        if state.closed {
-            return Err(Error::Closed);
-        }
-        state.partitions[partition as usize].sealed = true;
-        Ok(())
+        self.shared.lock().seal(partition)
     }
 
     /// Accepts no more writes at all; every partition may then be read. Idempotent.
     pub fn finish(&self) -> Result<(), Error> {
-        let mut state = self.shared.lock();
-        if state.closed {
-            return Err(Error::Closed);
-        }
-        state.finished = true;
-        Ok(())
+        self.shared.lock().finish()
     }
 
     /// Takes `partition` for reading, exactly once, after it is sealed or the buffer finished.
@@ -163,24 +153,16 @@ impl ShardBuffer {
 
     fn metrics_of(&self, state: &State) -> Metrics {
         let counters = &self.shared.counters;
-        Metrics {
-            reserved: state.reservation.size(),
-            peak_reserved: state.peak,
+        let mut metrics = Metrics {
             pool_reserved: self.shared.pool.reserved(),
             memory_limit: self.shared.pool.limit(),
-            batches_written: state.batches_written,
-            rows_written: state.rows_written,
-            bytes_written: state.bytes_written,
             batches_read: counters.batches_read.load(Ordering::Relaxed),
             rows_read: counters.rows_read.load(Ordering::Relaxed),
-            partitions_read: state.partitions_read,
             write_wait: Duration::from_nanos(counters.write_wait_nanos.load(Ordering::Relaxed)),
-            bytes_spilled: state.bytes_spilled,
-            bytes_needed_to_target: state.bytes_needed,
-
-            spill_error: state.spill_error.clone(),
             ..self.spill_metrics()
-        }
+        };
+        state.fill_metrics(&mut metrics);
+        metrics
     }
 
     fn spill_metrics(&self) -> Metrics {
@@ -252,8 +234,8 @@ impl ShardBuffer {
             let mut state = self.shared.lock();
             state.check_balance()?;
             let metrics = self.metrics_of(&state);
-            state.closed = true;
-            (metrics, state.drain_all(), state.spill_error.clone())
+            let (drained, spill_error) = state.close();
+            (metrics, drained, spill_error)
         };
         drop(drained);
         // Writers waiting for room must wake up to see `closed` and take their batch back, even

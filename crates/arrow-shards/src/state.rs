@@ -26,6 +26,7 @@ use arrow_shards_spill::{SegmentRef, SpillError};
 
 use crate::compact::{CompactConfig, OpenBatch};
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::shard::{Scattered, Shard, Stored};
 use crate::victims::LargestFirst;
 
@@ -35,31 +36,31 @@ pub(crate) type SizedBatches = Vec<(RecordBatch, usize)>;
 /// A prefix of a partition's batches being written to disk by the spiller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct InFlight {
-    pub(crate) ticket: u64,
-    pub(crate) count: usize,
+    ticket: u64,
+    count: usize,
     /// Their cost (`Stored::cost`), what committing the spill frees.
-    pub(crate) bytes: usize,
+    bytes: usize,
     /// Their own sizes (`Stored::size`), what `bytes_spilled` counts.
-    pub(crate) size: usize,
+    size: usize,
 }
 
 /// One output partition.
 #[derive(Debug, Default)]
 pub(crate) struct Partition {
-    pub(crate) batches: Vec<Stored>,
+    batches: Vec<Stored>,
     /// Rows copied in from small shards, after `batches` in write order (see [`crate::compact`]).
-    pub(crate) open: Option<OpenBatch>,
+    open: Option<OpenBatch>,
     /// What `open` is charged (`OpenBatch::bytes`), 0 without one.
-    pub(crate) open_charge: usize,
+    open_charge: usize,
     /// What a spill could take now: the cost of the batches *not* in flight plus `open_charge`.
-    pub(crate) bytes: usize,
-    pub(crate) in_flight: Option<InFlight>,
-    pub(crate) segments: Vec<SegmentRef>,
-    pub(crate) sealed: bool,
-    pub(crate) read: bool,
+    bytes: usize,
+    in_flight: Option<InFlight>,
+    segments: Vec<SegmentRef>,
+    sealed: bool,
+    read: bool,
     /// Rows in memory (stored and open) and on disk.
-    pub(crate) memory_rows: usize,
-    pub(crate) spilled_rows: usize,
+    memory_rows: usize,
+    spilled_rows: usize,
 }
 
 /// What `read(p)` takes out of the state.
@@ -91,32 +92,37 @@ pub struct PartitionSize {
     pub spilling: bool,
 }
 
-/// Everything behind the buffer's lock.
+/// What `close` takes out, to be dropped after unlock (dropping a segment may delete a file).
+pub(crate) type Drained = (Vec<Stored>, Vec<OpenBatch>, Vec<SegmentRef>);
+
+/// Everything behind the buffer's lock. Its fields are private: every change goes through a
+/// method that keeps "the reservation equals the allocation set plus the overheads and open
+/// batches at unlock" (`check_balance`).
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) schema: SchemaRef,
-    pub(crate) compact: Option<CompactConfig>,
-    pub(crate) partitions: Vec<Partition>,
+    schema: SchemaRef,
+    compact: Option<CompactConfig>,
+    partitions: Vec<Partition>,
     /// Allocations kept alive by stored batches in memory, each counted once.
-    pub(crate) allocations: AllocationSet,
+    allocations: AllocationSet,
     /// Stored batches' overheads plus open batches' charges.
-    pub(crate) extra: usize,
+    extra: usize,
     /// What the pool holds for this buffer: `allocations.bytes() + extra` at every unlock.
-    pub(crate) reservation: MemoryReservation,
-    pub(crate) victims: LargestFirst,
-    pub(crate) next_ticket: u64,
+    reservation: MemoryReservation,
+    victims: LargestFirst,
+    next_ticket: u64,
     /// The first spill failure; spilling is paused once it is set.
-    pub(crate) spill_error: Option<Arc<SpillError>>,
-    pub(crate) peak: usize,
-    pub(crate) finished: bool,
-    pub(crate) closed: bool,
-    pub(crate) batches_written: u64,
-    pub(crate) rows_written: u64,
-    pub(crate) bytes_written: u64,
-    pub(crate) partitions_read: u64,
-    pub(crate) bytes_spilled: u64,
+    spill_error: Option<Arc<SpillError>>,
+    peak: usize,
+    finished: bool,
+    closed: bool,
+    batches_written: u64,
+    rows_written: u64,
+    bytes_written: u64,
+    partitions_read: u64,
+    bytes_spilled: u64,
     /// Sum over spill rounds of what each needed to free to reach its goal.
-    pub(crate) bytes_needed: u64,
+    bytes_needed: u64,
 }
 
 impl State {
@@ -148,6 +154,69 @@ impl State {
             bytes_spilled: 0,
             bytes_needed: 0,
         }
+    }
+
+    /// Whether `close` has run.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Seals `partition` (no more writes to it); refused once closed.
+    pub(crate) fn seal(&mut self, partition: u32) -> Result<(), Error> {
+        if self.closed {
+            return Err(Error::Closed);
+        }
+        self.partitions[partition as usize].sealed = true;
+        Ok(())
+    }
+
+    /// Finishes the buffer (no more writes at all); refused once closed.
+    pub(crate) fn finish(&mut self) -> Result<(), Error> {
+        if self.closed {
+            return Err(Error::Closed);
+        }
+        self.finished = true;
+        Ok(())
+    }
+
+    /// The spill error writers that would wait get now, if spilling is failing.
+    pub(crate) fn spill_error(&self) -> Option<Arc<SpillError>> {
+        self.spill_error.clone()
+    }
+
+    /// Records that spilling is failing with `error` (after the spiller's retries).
+    pub(crate) fn set_spill_error(&mut self, error: Arc<SpillError>) {
+        self.spill_error = Some(error);
+    }
+
+    /// Clears a recorded spill error (a round succeeded); `true` if there was one.
+    pub(crate) fn clear_spill_error(&mut self) -> bool {
+        self.spill_error.take().is_some()
+    }
+
+    /// Counts what a spill round needed to free (for `Metrics::bytes_needed_to_target`).
+    pub(crate) fn note_needed(&mut self, bytes: usize) {
+        self.bytes_needed += bytes as u64;
+    }
+
+    /// Fills the buffer's own figures into `metrics`.
+    pub(crate) fn fill_metrics(&self, metrics: &mut Metrics) {
+        metrics.reserved = self.reservation.size();
+        metrics.peak_reserved = self.peak;
+        metrics.batches_written = self.batches_written;
+        metrics.rows_written = self.rows_written;
+        metrics.bytes_written = self.bytes_written;
+        metrics.partitions_read = self.partitions_read;
+        metrics.bytes_spilled = self.bytes_spilled;
+        metrics.bytes_needed_to_target = self.bytes_needed;
+        metrics.spill_error = self.spill_error.clone();
+    }
+
+    /// Closes: refuses everything afterwards and takes every batch, open batch and segment out
+    /// (to drop after unlock); with the spill error, if spilling was failing.
+    pub(crate) fn close(&mut self) -> (Drained, Option<Arc<SpillError>>) {
+        self.closed = true;
+        (self.drain_all(), self.spill_error.clone())
     }
 
     /// Refuses writes to a closed or finished buffer.
@@ -631,7 +700,7 @@ impl State {
 
     /// Takes every batch, open batch and segment out (on close); returns them to drop after
     /// unlock.
-    pub(crate) fn drain_all(&mut self) -> (Vec<Stored>, Vec<OpenBatch>, Vec<SegmentRef>) {
+    fn drain_all(&mut self) -> Drained {
         let mut batches = Vec::new();
         let mut open = Vec::new();
         let mut segments = Vec::new();

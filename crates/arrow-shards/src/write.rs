@@ -325,7 +325,7 @@ impl ShardBuffer {
     ) -> Result<(), Error> {
         match (&self.spiller, &self.shared.spill) {
             (Some(spiller), Some(side)) => {
-                if let Some(failed) = self.shared.lock().spill_error.clone() {
+                if let Some(failed) = self.shared.lock().spill_error() {
                     return Err(Error::Spill(failed));
                 }
                 need.get_or_insert_with(|| NeedGuard::new(side, needed));
@@ -417,7 +417,7 @@ impl ShardBuffer {
 
     /// Why a direct write got no answer: the buffer was closed under it, or the spiller died.
     fn spiller_gone(&self) -> Error {
-        if self.shared.lock().closed {
+        if self.shared.lock().is_closed() {
             Error::Closed
         } else {
             Error::Internal("the spiller thread stopped")

@@ -181,7 +181,7 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
         match job {
             Job::Wake => {
                 side.wake_pending.store(false, Ordering::Release);
-                let failed = shared.lock().spill_error.is_some();
+                let failed = shared.lock().spill_error().is_some();
                 if failed && last_failure.is_some_and(|t| t.elapsed() < RETRY_AFTER_FAILURE) {
                     continue;
                 }
@@ -194,7 +194,7 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
                     Ok(()) => last_failure = None,
                     Err(Stop) => return,
                 }
-                if shared.lock().spill_error.is_some() {
+                if shared.lock().spill_error().is_some() {
                     last_failure = Some(Instant::now());
                 }
             }
@@ -237,7 +237,7 @@ fn spill_with_retries(
             Round::Freed => {
                 first = false;
                 failures = 0;
-                if shared.lock().spill_error.take().is_some() {
+                if shared.lock().clear_spill_error() {
                     shared.pool.release_signal().notify();
                 }
             }
@@ -245,7 +245,7 @@ fn spill_with_retries(
             Round::Failed(error) => {
                 failures += 1;
                 if failures >= attempts {
-                    shared.lock().spill_error = Some(Arc::new(error));
+                    shared.lock().set_spill_error(Arc::new(error));
                     // Waiting writers must see the error rather than wait for room that will
                     // not come.
                     shared.pool.release_signal().notify();
@@ -305,12 +305,12 @@ fn round(shared: &Shared, side: &SpillSide, first: bool) -> Round {
 
     let (ticket, chosen) = {
         let mut state = shared.lock();
-        if state.closed {
+        if state.is_closed() {
             return Round::Done;
         }
         let (ticket, chosen) = state.start_spill(want);
         if !chosen.is_empty() {
-            state.bytes_needed += want as u64;
+            state.note_needed(want);
         }
         (ticket, chosen)
     };
@@ -389,7 +389,7 @@ fn direct(
         let refused = state
             .check_writable(partition)
             .err()
-            .or_else(|| state.spill_error.clone().map(Error::Spill));
+            .or_else(|| state.spill_error().map(Error::Spill));
         match refused {
             Some(error) => Err(error),
             None => state.start_spill_of(partition),
@@ -434,7 +434,8 @@ fn direct(
         }
         Err(error) => {
             state.abort_spill(partition, ticket);
-            let error = Arc::clone(state.spill_error.get_or_insert(Arc::new(error)));
+            let error = state.spill_error().unwrap_or_else(|| Arc::new(error));
+            state.set_spill_error(Arc::clone(&error));
             drop(state);
             shared.pool.release_signal().notify();
             Err(WriteError::new(
