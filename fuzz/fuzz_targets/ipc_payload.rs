@@ -1,5 +1,5 @@
 //! Untrusted bytes as the IPC payload of a validly framed and checksummed segment, so they reach
-//! arrow-ipc's decoder behind the CRC32C.
+//! arrow-ipc's decoder behind the CRC32C (`arrow_shards_spill::fuzz::PayloadTarget`).
 //!
 //! The spill crate turns decoder panics into `Corrupt` errors with `catch_unwind`; libfuzzer-sys
 //! would abort on them (its panic hook), so this target installs a hook that prints each new
@@ -7,22 +7,16 @@
 //! catches it around the target.
 #![no_main]
 
-#[path = "../../crates/arrow-shards/tests/it/fuzz_logic.rs"]
-#[allow(dead_code)]
-mod fuzz_logic;
-#[path = "../../crates/arrow-shards/tests/it/fuzz_payload.rs"]
-#[allow(dead_code)]
-mod fuzz_payload;
-
 use std::collections::BTreeSet;
 use std::sync::{Mutex, OnceLock};
 
+use arrow_shards_spill::fuzz::PayloadTarget;
 use libfuzzer_sys::fuzz_target;
 
-static TARGET: OnceLock<fuzz_payload::PayloadTarget> = OnceLock::new();
+static TARGET: OnceLock<PayloadTarget> = OnceLock::new();
 static PANICS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
-fn init() -> fuzz_payload::PayloadTarget {
+fn init() -> PayloadTarget {
     std::panic::set_hook(Box::new(|info| {
         let at = info
             .location()
@@ -33,7 +27,7 @@ fn init() -> fuzz_payload::PayloadTarget {
             eprintln!("ipc_payload: panic #{} at {at}: {info}", seen.len());
         }
     }));
-    fuzz_payload::PayloadTarget::new()
+    PayloadTarget::new()
 }
 
 fuzz_target!(|data: &[u8]| {

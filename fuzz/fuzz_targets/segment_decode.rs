@@ -1,17 +1,14 @@
-//! Untrusted bytes as a spill run file, read through the `SegmentRef`s of a real run.
+//! Untrusted bytes as a spill run file, read segment by segment with the index of a real run
+//! (`arrow_shards_spill::fuzz::DecodeTarget`, straight through the I/O-free decoder).
 #![no_main]
-
-#[path = "../../crates/arrow-shards/tests/it/fuzz_logic.rs"]
-#[allow(dead_code)]
-mod fuzz_logic;
 
 use std::sync::OnceLock;
 
+use arrow_shards_spill::fuzz::DecodeTarget;
 use libfuzzer_sys::fuzz_target;
 
-static TARGET: OnceLock<fuzz_logic::DecodeTarget> = OnceLock::new();
+static TARGET: OnceLock<DecodeTarget> = OnceLock::new();
 
 fuzz_target!(|data: &[u8]| {
-    let target = TARGET.get_or_init(fuzz_logic::DecodeTarget::new);
-    target.run(data);
+    TARGET.get_or_init(DecodeTarget::new).run(data);
 });

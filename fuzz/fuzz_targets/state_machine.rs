@@ -1,12 +1,12 @@
 //! Arbitrary sequences of writes, seals, reads and finishes under a tiny memory limit.
 #![no_main]
 
-#[path = "../../crates/arrow-shards/tests/it/fuzz_logic.rs"]
-#[allow(dead_code)]
-mod fuzz_logic;
+// The buffer's test logic, shared with the stable replay test in arrow-shards' suite.
+#[path = "../../crates/arrow-shards/tests/it/fuzz_state_machine.rs"]
+mod fuzz_state_machine;
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    fuzz_logic::state_machine(data);
+    fuzz_state_machine::state_machine(data);
 });
