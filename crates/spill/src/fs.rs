@@ -14,8 +14,10 @@ use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::Path;
 
-/// The kinds of filesystem operation, for fault injection. Every operation of [`Fs`] names its
-/// kind; without `test-utils` the kind goes unused (and the type is not exported).
+/// The kinds of filesystem operation, for fault injection.
+//
+// Every operation of `Fs` names its kind; without `test-utils` the kind goes unused (and the
+// type is not exported).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(
     not(any(test, feature = "test-utils")),

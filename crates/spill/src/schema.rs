@@ -1,31 +1,10 @@
 //! The schema rule: when a batch may be stored, spilled, read back or merged under a schema.
 //!
-//! There is one rule, and every layer applies it through [`check_schema`] or [`conform_batch`]:
-//! the buffer when a batch is written, [`RunWriter::append`](crate::RunWriter::append) before a
-//! segment is written, [`SegmentRef::read`](crate::SegmentRef::read) on the decoded stream, and
-//! the merge on every input batch. A batch accepted at the top is therefore never refused
-//! further down (issue 18).
-//!
-//! A `found` schema conforms to an `expected` one when, field for field **by position**:
-//!
-//! - **Names**: the same number of fields, each with the same name (case-sensitive).
-//! - **Types**: the same [`DataType`], compared with `==`. Nested fields (list items, struct
-//!   children, map entries, union members) are part of the type, so their names, nullability and
-//!   metadata must match exactly too: a batch's columns are taken over as they are, and an
-//!   array's data type carries its children's fields, so a looser nested field cannot be
-//!   re-labelled without rebuilding the array.
-//! - **Nullability** (top-level fields): a field that is non-nullable in `found` may be nullable in
-//!   `expected`; a nullable field of `found` needs a nullable field in `expected`, whether or not
-//!   it holds nulls.
-//! - **Metadata**: schema metadata and top-level field metadata are ignored. A conformed batch
-//!   carries the expected schema, its metadata included.
-//! - **Dictionary ids** are ignored: they are not part of a `DataType` (Arrow deprecated
-//!   `Field::dict_id`, and `Field`'s `==` skips it, as it skips `dict_is_ordered`), and the IPC
-//!   writer assigns ids of its own to every dictionary it writes. The dictionary's key and value
-//!   types are part of the type and must match.
-//!
-//! [`conform_batch`] applies the rule and re-labels the batch with the expected schema (its
-//! arrays are shared, not copied), so every batch that passed it carries exactly that schema.
+//! There is one rule, documented on [`check_schema`], and every layer applies it through
+//! [`check_schema`] or [`conform_batch`]: the buffer when a batch is written,
+//! [`RunWriter::append`](crate::RunWriter::append) before a segment is written,
+//! [`SegmentRef::read`](crate::SegmentRef::read) on the decoded stream, and the merge on every
+//! input batch. A batch accepted at the top is therefore never refused further down (issue 18).
 
 use std::sync::Arc;
 
@@ -91,7 +70,29 @@ pub enum SchemaMismatch {
     Columns(#[source] Arc<ArrowError>),
 }
 
-/// Checks that `found` conforms to `expected` under the rule in the [module docs](self).
+/// Checks that `found` conforms to `expected`: the workspace's one schema rule, which the buffer,
+/// the spill writer and reader and the merge all apply, so that a batch accepted at the top is
+/// never refused further down.
+///
+/// Field for field, **by position**:
+///
+/// - **Names**: the same number of fields, each with the same name (case-sensitive).
+/// - **Types**: the same [`DataType`], compared with `==`. Nested fields (list items, struct
+///   children, map entries, union members) are part of the type, so their names, nullability and
+///   metadata must match exactly too: a batch's columns are taken over as they are, and an
+///   array's data type carries its children's fields, so a looser nested field cannot be
+///   re-labelled without rebuilding the array.
+/// - **Nullability** (top-level fields): a field that is non-nullable in `found` may be nullable
+///   in `expected`; a nullable field of `found` needs a nullable field in `expected`, whether or
+///   not it holds nulls.
+/// - **Metadata**: schema metadata and top-level field metadata are ignored. A batch conformed by
+///   [`conform_batch`] carries the expected schema, its metadata included.
+/// - **Dictionary ids** are ignored: they are not part of a `DataType` (Arrow deprecated
+///   `Field::dict_id`, and `Field`'s `==` skips it, as it skips `dict_is_ordered`), and the IPC
+///   writer assigns ids of its own to every dictionary it writes. The dictionary's key and value
+///   types are part of the type and must match.
+///
+/// Returns the first difference found.
 pub fn check_schema(expected: &Schema, found: &Schema) -> Result<(), SchemaMismatch> {
     let (want, have) = (expected.fields(), found.fields());
     if want.len() != have.len() {
@@ -127,8 +128,8 @@ pub fn check_schema(expected: &Schema, found: &Schema) -> Result<(), SchemaMisma
     Ok(())
 }
 
-/// Returns `batch` re-labelled with `expected` if its schema conforms (see the
-/// [module docs](self)); otherwise why not, with the batch handed back unchanged.
+/// Returns `batch` re-labelled with `expected` if its schema conforms (the rule of
+/// [`check_schema`]); otherwise why not, with the batch handed back unchanged.
 ///
 /// Costs nothing when the batch already carries `expected` (the same `Arc`); otherwise one
 /// check per field and a new `RecordBatch` over the same arrays.
