@@ -348,15 +348,21 @@ impl State {
         let sorted = &scattered.sorted;
         let mut whole = Vec::new();
         let mut needed = 0;
+        // Ranges kept whole are slices of one reordered batch: its allocations count once.
+        let mut shared = Vec::new();
         for &(partition, start, len) in &scattered.ranges {
             if self.appends(sorted, len) {
                 needed += self.append_growth(partition, sorted, start, len);
             } else {
                 let stored = Stored::new(sorted.slice(start, len));
-                needed += self.allocations.added_bytes(&stored.allocations) + stored.overhead;
+                needed += stored.overhead;
+                shared.extend_from_slice(&stored.allocations);
                 whole.push((partition, stored));
             }
         }
+        shared.sort_unstable_by_key(|a| a.ptr);
+        shared.dedup_by_key(|a| a.ptr);
+        needed += self.allocations.added_bytes(&shared);
         self.try_reserve(needed)?;
         let mut whole = whole.into_iter().peekable();
         let mut result = Ok(());

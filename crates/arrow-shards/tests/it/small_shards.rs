@@ -166,8 +166,15 @@ fn producer(buffer: &ShardBuffer, schema: &SchemaRef, case: &Case, w: usize) -> 
                 Err(e) => {
                     match e.error() {
                         Error::Sealed { .. } => {}
-                        // a scattered batch larger than the whole limit is refused at once
-                        Error::MemoryExhausted { needed, limit, .. } => assert!(needed > limit),
+                        // a scattered batch near the size of the whole limit is refused at
+                        // once (its copy and the open batches' growth would not fit)
+                        Error::MemoryExhausted { needed, limit, .. } => {
+                            let own = arrow_shards_memory::sizing::batch_memory_size(&b);
+                            assert!(
+                                *needed > *limit && own > *limit / 4,
+                                "a {own}-byte batch refused: needs {needed} of {limit}"
+                            )
+                        }
                         other => panic!("unexpected refusal: {other}"),
                     }
                     assert_eq!(e.into_batch(), b, "the whole batch comes back");
@@ -351,5 +358,34 @@ fn try_write_alone_gets_in_after_the_spill_round_its_refusal_asked_for() {
     }
     all.sort();
     assert_eq!(all, (0..13_000).collect::<Vec<_>>());
+    buffer.close().unwrap();
+}
+
+#[test]
+fn a_scatter_write_without_compaction_charges_its_reordered_batch_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let buffer = ShardBuffer::builder(ints(0..1).schema(), 200)
+        .with_memory_limit(1 << 20)
+        .with_spill_dir(dir.path())
+        .with_compact_target_rows(0)
+        .build()
+        .unwrap();
+    // 200 slices of one 80 KB reordered batch: 80 KB plus 200 batch overheads, not 200 x 80 KB
+    let batch = ints(0..10_000);
+    let ids: Vec<u32> = (0..10_000).map(|i| (i % 200) as u32).collect();
+    buffer.write_partitioned_blocking(batch, &ids).unwrap();
+    let reserved = buffer.metrics().reserved;
+    assert!(reserved < 400 << 10, "{reserved}");
+    buffer.finish().unwrap();
+    let rows: usize = (0..200)
+        .map(|p| {
+            buffer
+                .read(p)
+                .unwrap()
+                .map(|b| b.unwrap().num_rows())
+                .sum::<usize>()
+        })
+        .sum();
+    assert_eq!(rows, 10_000);
     buffer.close().unwrap();
 }
