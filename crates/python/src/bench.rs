@@ -13,9 +13,12 @@ use pyo3::types::PyDict;
 use crate::convert::{Data, import_data, import_ids};
 
 fn one_batch(value: &Bound<'_, PyAny>) -> PyResult<RecordBatch> {
-    match import_data(value, None)? {
+    match import_data(value)? {
         Data::Batch(batch) => Ok(batch),
-        Data::Stream(_) => Err(PyRuntimeError::new_err("expected a pyarrow.RecordBatch")),
+        Data::Stream(mut stream) => match (stream.next(), stream.next()) {
+            (Some(batch), None) => batch.map_err(|e| PyRuntimeError::new_err(e.to_string())),
+            _ => Err(PyRuntimeError::new_err("expected one pyarrow.RecordBatch")),
+        },
     }
 }
 

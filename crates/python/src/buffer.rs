@@ -21,7 +21,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::convert::{Data, Expected, batches_to_table, import_data, import_ids, pyarrow};
+use crate::convert::{Data, batches_to_table, import_data, import_ids, pyarrow};
 use crate::errors::{Reason, Refused, arrow_to_py, config_to_py, error_to_py, raise};
 use crate::metrics::{metrics_dict, partition_size_dict};
 use crate::options::Settings;
@@ -173,13 +173,6 @@ fn write_partitioned_batches(
 }
 
 impl PyShardBuffer {
-    fn expected<'a, 'py>(&'a self, schema: &'a Bound<'py, PyAny>) -> Expected<'a, 'py> {
-        Expected {
-            schema: self.buffer().schema(),
-            pyarrow: schema,
-        }
-    }
-
     fn buffer(&self) -> &ShardBuffer {
         self.buffer
             .as_ref()
@@ -353,8 +346,7 @@ impl PyShardBuffer {
     /// batch (a `pyarrow.RecordBatch`) and `unwritten` a `pyarrow.Table` of every batch of
     /// this call that was not written (the refused one first); batches before it were written.
     fn write(&self, py: Python<'_>, partition: i64, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let schema = self.schema.bind(py);
-        let data = import_data(data, Some(self.expected(schema)))?;
+        let data = import_data(data)?;
         let buffer = self.buffer();
         let num_partitions = buffer.num_partitions();
         let Ok(partition_id) = u32::try_from(partition) else {
@@ -389,8 +381,7 @@ impl PyShardBuffer {
         partition_ids: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let ids = import_ids(partition_ids)?;
-        let schema = self.schema.bind(py);
-        let data = import_data(data, Some(self.expected(schema)))?;
+        let data = import_data(data)?;
         let buffer = self.buffer();
         match data {
             Data::Batch(batch) => py

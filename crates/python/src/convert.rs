@@ -12,16 +12,12 @@
 
 use std::sync::Arc;
 
-use arrow_array::ffi::{FFI_ArrowArray, from_ffi_and_data_type};
 use arrow_array::ffi_stream::RecordBatchStreamReader;
-use arrow_array::{
-    Array, RecordBatch, RecordBatchIterator, RecordBatchOptions, RecordBatchReader, StructArray,
-    UInt32Array,
-};
+use arrow_array::{RecordBatch, RecordBatchIterator, RecordBatchReader, UInt32Array};
 use arrow_data::ArrayData;
-use arrow_pyarrow::{FromPyArrow, FromPyArrowUnchecked, IntoPyArrow, ToPyArrow};
+use arrow_pyarrow::{FromPyArrow, IntoPyArrow, ToPyArrow};
 use arrow_schema::{DataType, SchemaRef};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::{intern, types::PyModule};
@@ -50,90 +46,23 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "an unknown type".to_owned())
 }
 
-/// `pyarrow.RecordBatch`, imported once.
-fn record_batch_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    CLASS
-        .get_or_try_init(py, || {
-            pyarrow(py)?
-                .getattr(intern!(py, "RecordBatch"))
-                .map(Bound::unbind)
-        })
-        .map(|c| c.bind(py))
-}
-
-/// The schema a write expects: the buffer's, in Rust and as a `pyarrow.Schema`.
-#[derive(Clone, Copy)]
-pub(crate) struct Expected<'a, 'py> {
-    pub(crate) schema: &'a SchemaRef,
-    pub(crate) pyarrow: &'a Bound<'py, PyAny>,
-}
-
-/// A `pyarrow.RecordBatch` whose schema equals the buffer's, imported without exporting and
-/// parsing its schema again (`None`: not such a batch; take the general path). Half of a small
-/// batch's import time went into its schema (exported by pyarrow, parsed by arrow) for every
-/// write, though the buffer knows it.
-fn import_known_batch(
-    value: &Bound<'_, PyAny>,
-    expected: Expected<'_, '_>,
-) -> PyResult<Option<RecordBatch>> {
+/// Imports a batch, a table or a stream of batches, zero-copy.
+///
+/// A stream is preferred, also for one batch: arrow's stream import checks each array's layout
+/// against its type but skips a full validation pass over the values (UTF-8 of every string,
+/// every offset), which would read all the data once more on every write; an invalid array from
+/// a producer is that producer's bug, as it is for pyarrow's own import. An object that only
+/// exports `__arrow_c_array__` is imported with that full validation (the workspace forbids
+/// `unsafe`, and skipping it on that path needs an `unsafe` call).
+pub(crate) fn import_data(value: &Bound<'_, PyAny>) -> PyResult<Data> {
     let py = value.py();
-    if !value.get_type().is(record_batch_class(py)?) {
-        return Ok(None);
-    }
-    let same = value
-        .getattr(intern!(py, "schema"))?
-        .call_method1(intern!(py, "equals"), (expected.pyarrow,))?
-        .is_truthy()?;
-    if !same {
-        return Ok(None);
-    }
-    let mut array = FFI_ArrowArray::empty();
-    value.call_method1(intern!(py, "_export_to_c"), (&raw mut array as usize,))?;
-    let data_type = DataType::Struct(expected.schema.fields().clone());
-    // SAFETY: `array` was just filled by pyarrow's `_export_to_c` with the batch as a struct
-    // array of the batch's schema, which pyarrow compared equal to the buffer's (names, types,
-    // nullability, nested fields, dictionary types): `data_type` is its type. The import checks
-    // the layout against it as for any C data interface import (see `import_data`).
-    #[expect(unsafe_code, reason = "import of an array of a known type; see SAFETY")]
-    let data = unsafe { from_ffi_and_data_type(array, data_type) }
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let array = StructArray::from(data);
-    let rows = array.len();
-    let (_, columns, _) = array.into_parts();
-    let options = RecordBatchOptions::new().with_row_count(Some(rows));
-    RecordBatch::try_new_with_options(Arc::clone(expected.schema), columns, &options)
-        .map(Some)
-        .map_err(|e| PyValueError::new_err(e.to_string()))
-}
-
-/// Imports a batch, a table or a stream of batches, zero-copy. With `expected`, a
-/// `pyarrow.RecordBatch` of exactly that schema takes a shorter way in.
-pub(crate) fn import_data(
-    value: &Bound<'_, PyAny>,
-    expected: Option<Expected<'_, '_>>,
-) -> PyResult<Data> {
-    let py = value.py();
-    if let Some(expected) = expected
-        && let Some(batch) = import_known_batch(value, expected)?
-    {
-        return Ok(Data::Batch(batch));
-    }
-    if value.hasattr(intern!(py, "__arrow_c_array__"))? {
-        // SAFETY: the PyCapsule protocol hands over an ArrowSchema and ArrowArray the producer
-        // built; the import checks their layout (buffer counts, lengths against the declared
-        // type), as arrow's own stream import (the branch below) does for every batch. What it
-        // skips is a full validation pass over the values (UTF-8 of every string, every offset),
-        // which would read all the data once more on every write: an invalid array from a
-        // producer is that producer's bug, as it is for pyarrow's own import.
-        #[expect(unsafe_code, reason = "one import of a producer's batch; see SAFETY")]
-        let batch = unsafe { RecordBatch::from_pyarrow_bound_unchecked(value) }?;
-        return Ok(Data::Batch(batch));
-    }
     if value.hasattr(intern!(py, "__arrow_c_stream__"))? {
         return Ok(Data::Stream(RecordBatchStreamReader::from_pyarrow_bound(
             value,
         )?));
+    }
+    if value.hasattr(intern!(py, "__arrow_c_array__"))? {
+        return Ok(Data::Batch(RecordBatch::from_pyarrow_bound(value)?));
     }
     Err(PyTypeError::new_err(format!(
         "expected a pyarrow.RecordBatch, a pyarrow.Table or another object with \
