@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -56,11 +57,11 @@ def test_schema_mismatch() -> None:
         with pytest.raises(SchemaMismatchError) as info:
             b.write(0, bad)
         assert isinstance(info.value, ValueError)
-        assert "field `k` has type Int64 in the buffer but Utf8 in the batch" in str(info.value)
+        assert re.search(r"field `k` has type Int64 in the (buffer|expected schema) but Utf8 in the batch", str(info.value))
         assert_handed_back(info.value, bad)
         assert info.value.partition == 0
         renamed = pa.record_batch({"key": pa.array([1], pa.int64())})
-        with pytest.raises(SchemaMismatchError, match="named `k` in the buffer but `key`"):
+        with pytest.raises(SchemaMismatchError, match=r"named `k` in the (buffer|expected schema) but `key`"):
             b.write_partitioned(renamed, pa.array([0], pa.uint32()))
         assert b.metrics()["rows_written"] == 0
 
