@@ -2,13 +2,13 @@
 //!
 //! The package gives Python (pyarrow, polars, pandas) the Rust shuffle buffer
 //! ([`arrow_shards::ShardBuffer`]). The data flow, in the order a batch meets it:
-//! 1. [`convert`]: a Python object exporting the Arrow PyCapsule interface (`__arrow_c_array__`
+//! 1. `convert`: a Python object exporting the Arrow PyCapsule interface (`__arrow_c_array__`
 //!    or `__arrow_c_stream__`) becomes Rust `RecordBatch`es, zero-copy.
-//! 2. [`buffer`]: `arrow_shards.ShardBuffer`, whose constructor's settings are checked by
-//!    [`options`], writes them with the GIL released (writers may wait for memory).
+//! 2. `buffer`: `arrow_shards.ShardBuffer`, whose constructor's settings are checked by
+//!    `options`, writes them with the GIL released (writers may wait for memory).
 //! 3. Reads come back as pyarrow objects, exported the same way: a `pyarrow.Table`, or a
-//!    `pyarrow.RecordBatchReader` over [`reader`]'s iterator that takes one batch at a time.
-//! 4. Refusals and failures are Python exceptions ([`errors`]) whose classes mirror the Rust
+//!    `pyarrow.RecordBatchReader` over `reader`'s iterator that takes one batch at a time.
+//! 4. Refusals and failures are Python exceptions (`errors`) whose classes mirror the Rust
 //!    error kinds; a refused write's exception hands the data back.
 //!
 //! The Python side (`python/arrow_shards/`) re-exports these classes, defines the exception
