@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;
-use arrow_shards_spill::SpillError;
+use arrow_shards_spill::{SchemaMismatch, SpillError};
 use thiserror::Error;
 
 /// Why the buffer refused an operation.
@@ -48,9 +48,10 @@ pub enum Error {
     /// An Arrow kernel failed on a batch the buffer accepted (a bug in arrow-shards or arrow).
     #[error("arrow error: {0}")]
     Arrow(#[source] Arc<ArrowError>),
-    /// The batch's schema does not match the buffer's.
+    /// The batch's schema does not match the buffer's (the workspace's one schema rule,
+    /// [`arrow_shards_spill::check_schema`]); the mismatch names the field and both types.
     #[error("schema mismatch: {0}")]
-    SchemaMismatch(String),
+    SchemaMismatch(#[source] SchemaMismatch),
     /// `finish()` was called: no more writes.
     #[error("the buffer is finished: no more writes are accepted")]
     Finished,

@@ -64,7 +64,7 @@ mod write;
 pub use arrow_shards_memory::{
     BoundedPool, MemoryExhausted, MemoryPool, MemoryReservation, ReleaseSignal, UnboundedPool,
 };
-pub use arrow_shards_spill::{Compression, SpillError};
+pub use arrow_shards_spill::{Compression, SchemaMismatch, SpillError};
 pub use buffer::ShardBuffer;
 pub use builder::{
     DEFAULT_COMPACT_TARGET_BYTES, DEFAULT_COMPACT_TARGET_ROWS, DEFAULT_MAX_SPILL_ROUND_BYTES,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use arrow_shards::{ConfigError, Error, ShardBuffer};
+use arrow_shards::{ConfigError, Error, SchemaMismatch, ShardBuffer};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -57,7 +57,19 @@ fn schema_mismatch_names_field_and_types() {
     .unwrap();
     let err = buffer(2).try_write(0, other.clone()).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err.error(), Error::SchemaMismatch(_)));
+    match err.error() {
+        Error::SchemaMismatch(SchemaMismatch::DataType {
+            index,
+            field,
+            expected,
+            found,
+            ..
+        }) => {
+            assert_eq!((*index, field.as_str()), (0, "k"));
+            assert_eq!((expected, found), (&DataType::Int64, &DataType::Int32));
+        }
+        other => panic!("expected a typed data-type mismatch, got {other:?}"),
+    }
     assert!(
         msg.contains("`k`") && msg.contains("Int64") && msg.contains("Int32"),
         "{msg}"
