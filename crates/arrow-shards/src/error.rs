@@ -51,7 +51,7 @@ pub enum Error {
     /// The batch's schema does not match the buffer's (the workspace's one schema rule,
     /// [`arrow_shards_spill::check_schema`]); the mismatch names the field and both types.
     #[error("schema mismatch: {0}")]
-    SchemaMismatch(#[source] SchemaMismatch),
+    SchemaMismatch(#[source] Box<SchemaMismatch>),
     /// `finish()` was called: no more writes.
     #[error("the buffer is finished: no more writes are accepted")]
     Finished,

@@ -74,7 +74,7 @@ pub use builder::{
 pub use error::{ConfigError, Error, WriteError};
 pub use metrics::Metrics;
 pub use read::{PartitionReader, PartitionStream};
-pub use scatter::PartitionIds;
+pub use scatter::{PartitionIds, RowsByPartition};
 pub use shard::batch_cost;
 pub use state::PartitionSize;
 

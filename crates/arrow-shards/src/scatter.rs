@@ -41,70 +41,116 @@ impl<'a> From<&'a Vec<u32>> for PartitionIds<'a> {
     }
 }
 
+/// The rows of a batch grouped by partition: a stable counting sort of their partition ids,
+/// in O(rows + partitions). The scatter write's grouping, public so that code splitting batches
+/// by partition itself (a benchmark's producers, an engine's own shard writer) shares it.
+///
+/// ```
+/// use arrow_shards::RowsByPartition;
+///
+/// let groups = RowsByPartition::new([2u32, 0, 2, 1].as_slice().into(), 4, 3).unwrap();
+/// assert_eq!(groups.ranges(), &[(0, 0, 1), (1, 1, 1), (2, 2, 2)]);
+/// assert_eq!(groups.order(), Some(&[1u32, 3, 0, 2][..]));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RowsByPartition {
+    order: Option<Vec<u32>>,
+    ranges: Vec<(u32, usize, usize)>,
+}
+
+impl RowsByPartition {
+    /// Checks `ids` (one per row of a `rows`-row batch, no nulls, each below `num_partitions`)
+    /// and groups the rows by partition.
+    pub fn new(ids: PartitionIds<'_>, rows: usize, num_partitions: u32) -> Result<Self, Error> {
+        let ids = match ids {
+            PartitionIds::Array(array) => {
+                if let Some(nulls) = array.nulls().filter(|n| n.null_count() > 0) {
+                    let row = nulls.iter().position(|valid| !valid).unwrap_or(0);
+                    return Err(Error::NullPartitionId { row });
+                }
+                &array.values()[..]
+            }
+            PartitionIds::Slice(ids) => ids,
+        };
+        if ids.len() != rows {
+            let ids = ids.len();
+            return Err(Error::PartitionIdsLength { rows, ids });
+        }
+        let mut counts = vec![0usize; num_partitions as usize];
+        for (row, &id) in ids.iter().enumerate() {
+            match counts.get_mut(id as usize) {
+                Some(count) => *count += 1,
+                None => {
+                    return Err(Error::PartitionIdOutOfRange {
+                        row,
+                        partition: id,
+                        num_partitions,
+                    });
+                }
+            }
+        }
+        let mut ranges = Vec::new();
+        let mut starts = vec![0usize; num_partitions as usize];
+        let mut next = 0;
+        for (partition, &count) in counts.iter().enumerate() {
+            starts[partition] = next;
+            if count > 0 {
+                ranges.push((partition as u32, next, count));
+            }
+            next += count;
+        }
+        if ranges.len() <= 1 {
+            // Every row goes to one partition (or there are none): no reordering.
+            return Ok(Self {
+                order: None,
+                ranges,
+            });
+        }
+        let mut order = vec![0u32; rows];
+        for (row, &id) in ids.iter().enumerate() {
+            let slot = &mut starts[id as usize];
+            order[*slot] = row as u32;
+            *slot += 1;
+        }
+        Ok(Self {
+            order: Some(order),
+            ranges,
+        })
+    }
+
+    /// `(partition, start, len)` of each non-empty partition in the grouped order, ascending by
+    /// partition.
+    pub fn ranges(&self) -> &[(u32, usize, usize)] {
+        &self.ranges
+    }
+
+    /// The input row at each position of the grouped order (input order within a partition),
+    /// or `None` when the rows need no reordering (at most one partition is non-empty).
+    pub fn order(&self) -> Option<&[u32]> {
+        self.order.as_deref()
+    }
+}
+
 /// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`) and groups the
-/// rows by partition. The error hands `batch` back.
+/// rows by partition with one `take`. The error hands `batch` back.
 pub(crate) fn scatter(
     batch: RecordBatch,
     ids: PartitionIds<'_>,
     num_partitions: u32,
 ) -> Result<Scattered, (Error, RecordBatch)> {
-    let ids = match ids {
-        PartitionIds::Array(array) => {
-            if let Some(nulls) = array.nulls().filter(|n| n.null_count() > 0) {
-                let row = nulls.iter().position(|valid| !valid).unwrap_or(0);
-                return Err((Error::NullPartitionId { row }, batch));
-            }
-            &array.values()[..]
-        }
-        PartitionIds::Slice(ids) => ids,
+    let groups = match RowsByPartition::new(ids, batch.num_rows(), num_partitions) {
+        Ok(groups) => groups,
+        Err(error) => return Err((error, batch)),
     };
-    let rows = batch.num_rows();
-    if ids.len() != rows {
-        let error = Error::PartitionIdsLength {
-            rows,
-            ids: ids.len(),
-        };
-        return Err((error, batch));
-    }
-    let mut counts = vec![0usize; num_partitions as usize];
-    for (row, &id) in ids.iter().enumerate() {
-        match counts.get_mut(id as usize) {
-            Some(count) => *count += 1,
-            None => {
-                let error = Error::PartitionIdOutOfRange {
-                    row,
-                    partition: id,
-                    num_partitions,
-                };
-                return Err((error, batch));
-            }
-        }
-    }
-    let mut ranges = Vec::new();
-    let mut starts = vec![0usize; num_partitions as usize];
-    let mut next = 0;
-    for (partition, &count) in counts.iter().enumerate() {
-        starts[partition] = next;
-        if count > 0 {
-            ranges.push((partition as u32, next, count));
-        }
-        next += count;
-    }
-    if ranges.len() <= 1 {
-        // Every row goes to one partition (or there are none): no reordering.
+    let RowsByPartition { order, ranges } = groups;
+    let Some(order) = order else {
         let sorted = batch.clone();
         return Ok(Scattered {
             original: batch,
             sorted,
             ranges,
         });
-    }
-    let mut order = vec![0u32; rows];
-    for (row, &id) in ids.iter().enumerate() {
-        let slot = &mut starts[id as usize];
-        order[*slot] = row as u32;
-        *slot += 1;
-    }
+    };
     match take_record_batch(&batch, &UInt32Array::from(order)) {
         Ok(sorted) => Ok(Scattered {
             original: batch,

@@ -20,7 +20,7 @@ pub(crate) fn conform(
     batch: RecordBatch,
 ) -> Result<RecordBatch, (Error, RecordBatch)> {
     conform_batch(schema, batch)
-        .map_err(|(mismatch, batch)| (Error::SchemaMismatch(mismatch), batch))
+        .map_err(|(mismatch, batch)| (Error::SchemaMismatch(Box::new(mismatch)), batch))
 }
 
 #[cfg(test)]

@@ -84,6 +84,7 @@ mod read;
 mod schema;
 mod segment;
 mod sweep;
+mod views;
 mod writer;
 
 pub use dir::SpillDir;
@@ -96,6 +97,7 @@ pub use panic::panic_message;
 pub use schema::{SchemaMismatch, check_schema, conform_batch};
 pub use segment::SegmentRef;
 pub use sweep::{SweepReport, sweep};
+pub use views::compact_views;
 pub use writer::RunWriter;
 
 #[cfg(test)]

@@ -18,10 +18,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_array::RecordBatch;
 use arrow_ipc::writer::{IpcWriteOptions, StreamEncoder};
-use arrow_schema::{ArrowError, DataType, SchemaRef};
+use arrow_schema::{ArrowError, SchemaRef};
 use arrow_select::coalesce::BatchCoalescer;
 use arrow_shards_memory::AllocationSet;
 use arrow_shards_memory::sizing::batch_allocations;
@@ -34,6 +33,7 @@ use crate::format::{HEADER_LEN, Header, Trailer};
 use crate::metrics::{add, add_time};
 use crate::schema::conform_batch;
 use crate::segment::{RunFile, SegmentInner, SegmentRef};
+use crate::views::compact_views;
 
 /// Bytes gathered before a `write` call; larger pieces are written directly.
 const WRITE_BUFFER: usize = 256 * 1024;
@@ -496,55 +496,4 @@ impl OpenFile {
         self.run.grew(bytes.len() as u64);
         Ok(())
     }
-}
-
-/// Compacts view arrays whose data buffers hold mostly bytes they no longer reference (e.g.
-/// slices of a larger array), so the spill writes only live strings (DataFusion #19414: 820 MB
-/// of spill became 33 MB). Other columns are returned as they are.
-fn compact_views(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
-    let needs = |column: &ArrayRef| match column.data_type() {
-        DataType::Utf8View => wasteful(
-            column
-                .as_string_view()
-                .data_buffers()
-                .iter()
-                .map(|b| b.len())
-                .sum(),
-            column.as_string_view().total_buffer_bytes_used(),
-        ),
-        DataType::BinaryView => wasteful(
-            column
-                .as_binary_view()
-                .data_buffers()
-                .iter()
-                .map(|b| b.len())
-                .sum(),
-            column.as_binary_view().total_buffer_bytes_used(),
-        ),
-        _ => false,
-    };
-    if !batch.columns().iter().any(needs) {
-        return Ok(batch.clone());
-    }
-    let columns = batch
-        .columns()
-        .iter()
-        .map(|column| -> ArrayRef {
-            if !needs(column) {
-                return Arc::clone(column);
-            }
-            match column.data_type() {
-                DataType::Utf8View => Arc::new(column.as_string_view().gc()),
-                _ => Arc::new(column.as_binary_view().gc()),
-            }
-        })
-        .collect();
-    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    RecordBatch::try_new_with_options(batch.schema(), columns, &options)
-}
-
-/// True if a view array's data buffers are more than twice what it references (and the waste
-/// is worth a copy).
-fn wasteful(buffer_bytes: usize, used_bytes: usize) -> bool {
-    buffer_bytes > 2 * used_bytes && buffer_bytes - used_bytes > 64 * 1024
 }

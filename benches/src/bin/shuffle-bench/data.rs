@@ -3,15 +3,16 @@
 //! All of it happens before any timed case starts; generation and partitioning are timed and
 //! reported on their own.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::{ArrowError, DataType, SchemaRef};
 use arrow_select::take::take_record_batch;
+use arrow_shards::RowsByPartition;
 use arrow_shards_memory::sizing::batch_memory_size;
+use arrow_shards_spill::compact_views;
 use tpchgen::generators::LineItemGenerator;
 use tpchgen_arrow::LineItemArrow;
 
@@ -177,38 +178,26 @@ pub(crate) fn partition_of(key: i64, partitions: u32) -> u32 {
     ((h * u64::from(partitions)) >> 32) as u32
 }
 
-/// Splits `chunk` into one shard per non-empty partition with `take` (a counting sort of the
-/// row indices first, so each shard is one `take` in row order).
+/// Splits `chunk` into one shard per non-empty partition: the library's grouping
+/// ([`RowsByPartition`], a counting sort of the row indices), then one `take` per shard in row
+/// order.
 ///
 /// View columns (lineitem's strings are `Utf8View`) come out of `take` sharing the chunk's
-/// string data; each shard is compacted with `gc` so it owns its memory, as a shard received
-/// from another worker would. Without it every shard would keep the whole chunk's strings alive
-/// and an IPC encoder would write them once per shard.
+/// string data; each shard is compacted ([`compact_views`]) so it owns its memory, as a shard
+/// received from another worker would. Without it every shard would keep the whole chunk's
+/// strings alive and an IPC encoder would write them once per shard.
 pub(crate) fn partition(chunk: &RecordBatch, partitions: u32) -> Result<Vec<(u32, RecordBatch)>> {
-    let n = partitions as usize;
     let targets = partition_ids(chunk, partitions);
-    let mut starts = vec![0u32; n + 1];
-    for &t in &targets {
-        starts[t as usize + 1] += 1;
-    }
-    for i in 0..n {
-        starts[i + 1] += starts[i];
-    }
-    let mut next = starts.clone();
-    let mut indices = vec![0u32; targets.len()];
-    for (row, &t) in targets.iter().enumerate() {
-        indices[next[t as usize] as usize] = row as u32;
-        next[t as usize] += 1;
-    }
-    let indices = UInt32Array::from(indices);
-    let mut shards = Vec::new();
-    for p in 0..n {
-        let (lo, hi) = (starts[p] as usize, starts[p + 1] as usize);
-        if lo == hi {
-            continue;
-        }
-        let shard = take_record_batch(chunk, &indices.slice(lo, hi - lo))?;
-        shards.push((p as u32, compact_views(shard)?));
+    let groups = RowsByPartition::new((&targets).into(), chunk.num_rows(), partitions)?;
+    let Some(order) = groups.order() else {
+        let whole = groups.ranges().first().map(|&(p, _, _)| (p, chunk.clone()));
+        return Ok(whole.into_iter().collect());
+    };
+    let order = UInt32Array::from(order.to_vec());
+    let mut shards = Vec::with_capacity(groups.ranges().len());
+    for &(p, start, len) in groups.ranges() {
+        let shard = take_record_batch(chunk, &order.slice(start, len))?;
+        shards.push((p, compact_views(&shard)?));
     }
     Ok(shards)
 }
@@ -220,28 +209,6 @@ pub(crate) fn partition_ids(chunk: &RecordBatch, partitions: u32) -> Vec<u32> {
         .iter()
         .map(|&k| partition_of(k, partitions))
         .collect()
-}
-
-fn compact_views(batch: RecordBatch) -> Result<RecordBatch> {
-    if !batch
-        .columns()
-        .iter()
-        .any(|c| matches!(c.data_type(), DataType::Utf8View | DataType::BinaryView))
-    {
-        return Ok(batch);
-    }
-    let columns: Vec<ArrayRef> = batch
-        .columns()
-        .iter()
-        .map(|c| -> ArrayRef {
-            match c.data_type() {
-                DataType::Utf8View => Arc::new(c.as_string_view().gc()),
-                DataType::BinaryView => Arc::new(c.as_binary_view().gc()),
-                _ => Arc::clone(c),
-            }
-        })
-        .collect();
-    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
 #[cfg(test)]
@@ -257,6 +224,50 @@ mod tests {
         assert!(
             counts.iter().all(|&c| (800..1200).contains(&c)),
             "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn partition_puts_every_row_in_its_partition_once_in_order() {
+        use arrow_array::{ArrayRef, Int64Array, StringViewArray};
+        let keys: Vec<i64> = (0..5_000).map(|i| (i * 7919) % 1_000).collect();
+        let strings: Vec<String> = (0..5_000)
+            .map(|i| format!("row {i} with a long string"))
+            .collect();
+        let chunk = RecordBatch::try_from_iter([
+            (
+                "l_orderkey",
+                std::sync::Arc::new(Int64Array::from(keys.clone())) as ArrayRef,
+            ),
+            (
+                "s",
+                std::sync::Arc::new(StringViewArray::from_iter_values(&strings)) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let mut seen = Vec::new();
+        for (p, shard) in partition(&chunk, 16).unwrap() {
+            let k = shard.column(0).as_primitive::<Int64Type>();
+            let s = shard.column(1).as_string_view();
+            for row in 0..shard.num_rows() {
+                assert_eq!(partition_of(k.value(row), 16), p);
+                let i: usize = s.value(row)[4..]
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert_eq!(keys[i], k.value(row));
+                seen.push((p, i));
+            }
+        }
+        let mut expected: Vec<(u32, usize)> = (0..keys.len())
+            .map(|i| (partition_of(keys[i], 16), i))
+            .collect();
+        expected.sort();
+        assert_eq!(
+            seen, expected,
+            "every row once, input order within a partition"
         );
     }
 }

@@ -57,14 +57,17 @@ fn schema_mismatch_names_field_and_types() {
     .unwrap();
     let err = buffer(2).try_write(0, other.clone()).unwrap_err();
     let msg = err.to_string();
-    match err.error() {
-        Error::SchemaMismatch(SchemaMismatch::DataType {
+    let Error::SchemaMismatch(mismatch) = err.error() else {
+        panic!("expected a schema mismatch, got {:?}", err.error());
+    };
+    match &**mismatch {
+        SchemaMismatch::DataType {
             index,
             field,
             expected,
             found,
             ..
-        }) => {
+        } => {
             assert_eq!((*index, field.as_str()), (0, "k"));
             assert_eq!((expected, found), (&DataType::Int64, &DataType::Int32));
         }
