@@ -54,12 +54,22 @@ fn read_all(buffer: &ShardBuffer) -> Result<usize, String> {
     Ok(rows)
 }
 
-fn timings<'py>(
+/// Runs `write` then [`read_all`] with the GIL released; returns `{"write": s, "read": s,
+/// "rows": n}`.
+fn write_then_read<'py>(
     py: Python<'py>,
-    write: f64,
-    read: f64,
-    rows: usize,
+    buffer: &ShardBuffer,
+    write: impl FnOnce(&ShardBuffer) -> Result<(), String> + Send,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let outcome = py.detach(|| {
+        let start = Instant::now();
+        write(buffer)?;
+        let written = Instant::now();
+        let rows = read_all(buffer)?;
+        let write = (written - start).as_secs_f64();
+        Ok::<_, String>((write, written.elapsed().as_secs_f64(), rows))
+    });
+    let (write, read, rows) = outcome.map_err(PyRuntimeError::new_err)?;
     let d = PyDict::new(py);
     d.set_item("write", write)?;
     d.set_item("read", read)?;
@@ -85,20 +95,14 @@ pub(crate) fn _bench_rust_write<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     let import = importing.elapsed().as_secs_f64();
     let buffer = build(shards.first().map(|(_, b)| b), num_partitions, memory_limit)?;
-    let outcome = py.detach(|| {
-        let start = Instant::now();
+    let timings = write_then_read(py, &buffer, |buffer| {
         for (partition, batch) in shards {
             buffer
                 .write_blocking(partition, batch)
                 .map_err(|e| e.to_string())?;
         }
-        let written = Instant::now();
-        let rows = read_all(&buffer)?;
-        let write = (written - start).as_secs_f64();
-        Ok::<_, String>((write, written.elapsed().as_secs_f64(), rows))
-    });
-    let (write, read, rows) = outcome.map_err(PyRuntimeError::new_err)?;
-    let timings = timings(py, write, read, rows)?;
+        Ok(())
+    })?;
     timings.set_item("import", import)?;
     Ok(timings)
 }
@@ -123,18 +127,12 @@ pub(crate) fn _bench_rust_write_partitioned<'py>(
         .map(import_ids)
         .collect::<PyResult<Vec<UInt32Array>>>()?;
     let buffer = build(batches.first(), num_partitions, memory_limit)?;
-    let outcome = py.detach(|| {
-        let start = Instant::now();
+    write_then_read(py, &buffer, |buffer| {
         for (batch, ids) in batches.into_iter().zip(&ids) {
             buffer
                 .write_partitioned_blocking(batch, ids)
                 .map_err(|e| e.to_string())?;
         }
-        let written = Instant::now();
-        let rows = read_all(&buffer)?;
-        let write = (written - start).as_secs_f64();
-        Ok::<_, String>((write, written.elapsed().as_secs_f64(), rows))
-    });
-    let (write, read, rows) = outcome.map_err(PyRuntimeError::new_err)?;
-    timings(py, write, read, rows)
+        Ok(())
+    })
 }

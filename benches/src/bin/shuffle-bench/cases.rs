@@ -9,6 +9,7 @@ use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use arrow_array::RecordBatch;
 use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
 use arrow_shards::ShardBuffer;
@@ -84,21 +85,17 @@ pub(crate) fn run_buffer(
     buffer.finish()?;
     let write_secs = started.elapsed().as_secs_f64();
 
-    let started = Instant::now();
-    let (mut rows, mut keys) = (0u64, 0i128);
-    for partition in 0..input.partitions {
-        for batch in buffer.read(partition)? {
-            let batch = batch?;
-            rows += batch.num_rows() as u64;
-            keys += key_sum(&batch);
+    let (tally, read_secs) = timed(|| {
+        let mut tally = Tally::default();
+        for partition in 0..input.partitions {
+            for batch in buffer.read(partition)? {
+                tally.add(&batch?);
+            }
         }
-    }
-    let read_secs = started.elapsed().as_secs_f64();
-
-    let started = Instant::now();
-    let metrics = buffer.close()?;
-    let close_secs = started.elapsed().as_secs_f64();
-    check(input, rows, keys)?;
+        Ok(tally)
+    })?;
+    let (metrics, close_secs) = timed(|| Ok(buffer.close()?))?;
+    tally.check(input)?;
     Ok(Run {
         write_secs,
         read_secs,
@@ -156,26 +153,22 @@ pub(crate) fn run_eager_disk(input: &Input, spill_root: &Path) -> Result<Run> {
         }
     }
 
-    let started = Instant::now();
-    let (mut rows, mut keys) = (0u64, 0i128);
-    for p in 0..input.partitions {
-        let file = match File::open(path_of(p)) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e.into()),
-        };
-        for batch in StreamReader::try_new(BufReader::with_capacity(64 << 10, file), None)? {
-            let batch = batch?;
-            rows += batch.num_rows() as u64;
-            keys += key_sum(&batch);
+    let (tally, read_secs) = timed(|| {
+        let mut tally = Tally::default();
+        for p in 0..input.partitions {
+            let file = match File::open(path_of(p)) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for batch in StreamReader::try_new(BufReader::with_capacity(64 << 10, file), None)? {
+                tally.add(&batch?);
+            }
         }
-    }
-    let read_secs = started.elapsed().as_secs_f64();
-
-    let started = Instant::now();
-    dir.close()?;
-    let close_secs = started.elapsed().as_secs_f64();
-    check(input, rows, keys)?;
+        Ok(tally)
+    })?;
+    let ((), close_secs) = timed(|| Ok(dir.close()?))?;
+    tally.check(input)?;
     Ok(Run {
         write_secs,
         read_secs,
@@ -186,13 +179,34 @@ pub(crate) fn run_eager_disk(input: &Input, spill_root: &Path) -> Result<Run> {
     })
 }
 
-fn check(input: &Input, rows: u64, keys: i128) -> Result<()> {
-    if rows != input.rows || keys != input.key_sum {
-        return Err(format!(
-            "read back {rows} rows with key sum {keys}, wrote {} rows with key sum {}",
-            input.rows, input.key_sum
-        )
-        .into());
+/// Runs `f` and returns its result with the seconds it took.
+fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+    let started = Instant::now();
+    let value = f()?;
+    Ok((value, started.elapsed().as_secs_f64()))
+}
+
+/// What a case read back: rows and the sum of their keys, checked against the input.
+#[derive(Debug, Default)]
+struct Tally {
+    rows: u64,
+    keys: i128,
+}
+
+impl Tally {
+    fn add(&mut self, batch: &RecordBatch) {
+        self.rows += batch.num_rows() as u64;
+        self.keys += key_sum(batch);
     }
-    Ok(())
+
+    fn check(&self, input: &Input) -> Result<()> {
+        if self.rows != input.rows || self.keys != input.key_sum {
+            return Err(format!(
+                "read back {} rows with key sum {}, wrote {} rows with key sum {}",
+                self.rows, self.keys, input.rows, input.key_sum
+            )
+            .into());
+        }
+        Ok(())
+    }
 }

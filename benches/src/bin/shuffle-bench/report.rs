@@ -62,11 +62,12 @@ pub(crate) struct Summary {
 impl Summary {
     fn of(runs: &[Run]) -> Self {
         let median_u64 = |f: fn(&Run) -> u64| Stat::of(runs.iter().map(|r| f(r) as f64)).median;
+        let stat = |f: fn(&Run) -> f64| Stat::of(runs.iter().map(f));
         Self {
-            write_secs: Stat::of(runs.iter().map(|r| r.write_secs)),
-            read_secs: Stat::of(runs.iter().map(|r| r.read_secs)),
-            close_secs: Stat::of(runs.iter().map(|r| r.close_secs)),
-            total_secs: Stat::of(runs.iter().map(Run::total_secs)),
+            write_secs: stat(|r| r.write_secs),
+            read_secs: stat(|r| r.read_secs),
+            close_secs: stat(|r| r.close_secs),
+            total_secs: stat(Run::total_secs),
             bytes_spilled: median_u64(|r| r.bytes_spilled) as u64,
             disk_bytes: median_u64(|r| r.disk_bytes) as u64,
             files: median_u64(|r| r.files) as u64,
@@ -90,13 +91,14 @@ pub(crate) struct RefSummary {
 
 impl RefSummary {
     fn of(runs: &[RefRun]) -> Self {
+        let stat = |f: fn(&RefRun) -> f64| Stat::of(runs.iter().map(f));
         Self {
-            copy_fresh_secs: Stat::of(runs.iter().map(|r| r.copy_fresh_secs)),
-            copy_pretouched_secs: Stat::of(runs.iter().map(|r| r.copy_pretouched_secs)),
-            file_write_secs: Stat::of(runs.iter().map(|r| r.file_write_secs)),
-            file_read_secs: Stat::of(runs.iter().map(|r| r.file_read_secs)),
-            ipc_encode_secs: Stat::of(runs.iter().map(|r| r.ipc_encode_secs)),
-            ipc_decode_secs: Stat::of(runs.iter().map(|r| r.ipc_decode_secs)),
+            copy_fresh_secs: stat(|r| r.copy_fresh_secs),
+            copy_pretouched_secs: stat(|r| r.copy_pretouched_secs),
+            file_write_secs: stat(|r| r.file_write_secs),
+            file_read_secs: stat(|r| r.file_read_secs),
+            ipc_encode_secs: stat(|r| r.ipc_encode_secs),
+            ipc_decode_secs: stat(|r| r.ipc_decode_secs),
             ipc_bytes: runs.first().map_or(0, |r| r.ipc_bytes),
         }
     }

@@ -188,12 +188,12 @@ impl OpenColumn {
         let has_nulls = array.null_count() > 0;
         match self {
             OpenColumn::Fixed {
-                width,
+                width: w,
                 values,
                 nulls,
             } => {
                 let cap = values.capacity();
-                grown(cap, values.len() + len * width, hint.rows * width) - cap
+                grown(cap, values.len() + len * w, hint.rows * w) - cap
                     + nulls_growth(nulls, has_nulls, len)
             }
             OpenColumn::Boolean { values, nulls } => {

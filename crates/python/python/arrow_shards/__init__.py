@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import _errors
 from ._errors import (
     AlreadyReadError,
     ArrowShardsError,
@@ -65,22 +66,7 @@ __all__ = [
     "ShardBuffer",
     "MemoryPool",
     "PartitionBatches",
-    "ArrowShardsError",
-    "ConfigError",
-    "SchemaMismatchError",
-    "PartitionOutOfRangeError",
-    "PartitionIdsError",
-    "ClosedError",
-    "NotWritableError",
-    "SealedError",
-    "FinishedError",
-    "NotCompleteError",
-    "AlreadyReadError",
-    "MemoryExhaustedError",
-    "SpillError",
-    "DiskFullError",
-    "CorruptSpillError",
-    "InternalError",
+    *_errors.__all__,
     "DEFAULT_READ_BATCH_ROWS",
     "DEFAULT_SPILL_THRESHOLD",
     "DEFAULT_SPILL_TARGET",
