@@ -40,6 +40,11 @@ impl Stat {
         }
     }
 
+    /// The stat of one measure over `runs`.
+    fn over<R>(runs: &[R], measure: impl Fn(&R) -> f64) -> Self {
+        Self::of(runs.iter().map(measure))
+    }
+
     fn show(self) -> String {
         format!("{:.3} ({:.3}-{:.3})", self.median, self.min, self.max)
     }
@@ -62,12 +67,11 @@ pub(crate) struct Summary {
 impl Summary {
     fn of(runs: &[Run]) -> Self {
         let median_u64 = |f: fn(&Run) -> u64| Stat::of(runs.iter().map(|r| f(r) as f64)).median;
-        let stat = |f: fn(&Run) -> f64| Stat::of(runs.iter().map(f));
         Self {
-            write_secs: stat(|r| r.write_secs),
-            read_secs: stat(|r| r.read_secs),
-            close_secs: stat(|r| r.close_secs),
-            total_secs: stat(Run::total_secs),
+            write_secs: Stat::over(runs, |r| r.write_secs),
+            read_secs: Stat::over(runs, |r| r.read_secs),
+            close_secs: Stat::over(runs, |r| r.close_secs),
+            total_secs: Stat::over(runs, Run::total_secs),
             bytes_spilled: median_u64(|r| r.bytes_spilled) as u64,
             disk_bytes: median_u64(|r| r.disk_bytes) as u64,
             files: median_u64(|r| r.files) as u64,
@@ -91,14 +95,13 @@ pub(crate) struct RefSummary {
 
 impl RefSummary {
     fn of(runs: &[RefRun]) -> Self {
-        let stat = |f: fn(&RefRun) -> f64| Stat::of(runs.iter().map(f));
         Self {
-            copy_fresh_secs: stat(|r| r.copy_fresh_secs),
-            copy_pretouched_secs: stat(|r| r.copy_pretouched_secs),
-            file_write_secs: stat(|r| r.file_write_secs),
-            file_read_secs: stat(|r| r.file_read_secs),
-            ipc_encode_secs: stat(|r| r.ipc_encode_secs),
-            ipc_decode_secs: stat(|r| r.ipc_decode_secs),
+            copy_fresh_secs: Stat::over(runs, |r| r.copy_fresh_secs),
+            copy_pretouched_secs: Stat::over(runs, |r| r.copy_pretouched_secs),
+            file_write_secs: Stat::over(runs, |r| r.file_write_secs),
+            file_read_secs: Stat::over(runs, |r| r.file_read_secs),
+            ipc_encode_secs: Stat::over(runs, |r| r.ipc_encode_secs),
+            ipc_decode_secs: Stat::over(runs, |r| r.ipc_decode_secs),
             ipc_bytes: runs.first().map_or(0, |r| r.ipc_bytes),
         }
     }
