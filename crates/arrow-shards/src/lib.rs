@@ -48,6 +48,8 @@ mod builder;
 mod compact;
 mod config;
 mod error;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod fuzz;
 mod leftovers;
 mod metrics;
 mod read;

@@ -1,6 +1,6 @@
 //! The fuzz targets on stable: the committed corpus (`fuzz/corpus/<target>/`) and seeded random
 //! inputs through the same functions the cargo-fuzz targets call (`arrow_shards_spill::fuzz` for
-//! the decode targets, `fuzz_state_machine.rs` for the buffer's).
+//! the decode targets, `arrow_shards::fuzz` for the buffer's).
 //!
 //! `ARROW_SHARDS_WRITE_SEEDS=1 cargo test -p arrow-shards --test it fuzz_replay` (re)writes
 //! the seed files; `ARROW_SHARDS_FUZZ_SECONDS=n` keeps feeding random inputs for `n` seconds
@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use arrow_shards_spill::fuzz::{DecodeTarget, Outcome, PayloadTarget};
 
-use crate::fuzz_state_machine::state_machine;
+use arrow_shards::fuzz::state_machine;
 
 fn corpus(target: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -181,13 +181,13 @@ fn state_machine_target_over_corpus_and_random_inputs() {
     }
     write_seeds("state_machine", &seeds);
     for input in seeds.iter().chain(&corpus_inputs("state_machine")) {
-        state_machine(input);
+        state_machine(input, tempfile::tempdir().expect("temp dir").path());
     }
     let mut runs = 0;
     while keep_going("state_machine", runs, 150) {
         let len = rng.random_range(0..300);
         let input: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-        state_machine(&input);
+        state_machine(&input, tempfile::tempdir().expect("temp dir").path());
         runs += 1;
     }
 }

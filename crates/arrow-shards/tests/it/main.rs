@@ -12,7 +12,6 @@ mod faults;
 mod file_safety;
 mod full_disk;
 mod fuzz_replay;
-mod fuzz_state_machine;
 mod harness;
 mod load;
 mod pressure;

@@ -341,7 +341,10 @@ fn try_write_alone_gets_in_after_the_spill_round_its_refusal_asked_for() {
                 next = e.into_batch();
                 refusals += 1;
                 // the refusal asked for a round: wait for it to be on disk, then try again
-                assert!(refusals < 100, "try_write never got in: no spill round freed room");
+                assert!(
+                    refusals < 100,
+                    "try_write never got in: no spill round freed room"
+                );
                 buffer.wait_for_spills();
             }
         }

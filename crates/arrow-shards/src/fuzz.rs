@@ -1,8 +1,8 @@
-//! The `state_machine` fuzz target's logic, shared by the cargo-fuzz target in `fuzz/` (which
-//! includes this file with `#[path]`) and by the stable replay test in `fuzz_replay.rs`, so CI
-//! runs the very function the fuzzer runs, over the committed corpus and seeded random inputs.
-//! (The decode targets' logic lives in the spill crate, `arrow_shards_spill::fuzz`, next to the
-//! decoder it tests.)
+//! The `state_machine` fuzz target's logic (feature `test-utils`), next to the buffer it tests:
+//! the cargo-fuzz target in `fuzz/` calls it, and so does the stable replay test
+//! (`tests/it/fuzz_replay.rs`), so CI runs the very function the fuzzer runs, over the committed
+//! corpus and seeded random inputs. (The decode targets' logic is the spill crate's,
+//! `arrow_shards_spill::fuzz`.) Not part of the API: it panics on any difference.
 //!
 //! [`state_machine`]: bytes as a sequence of buffer operations (writes from three producers,
 //! `try_write`, seals, full and half reads, finish) on a buffer with a tiny memory limit, so the
@@ -18,7 +18,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use arrow_shards::{Error, ShardBuffer};
+use std::path::Path;
+
+use crate::{Error, ShardBuffer};
 
 /// Reads a little-endian cursor over the fuzz input; zeros once it is used up.
 struct Bytes<'a> {
@@ -107,16 +109,16 @@ fn check_delivered(partition: u32, model: &ModelPartition, rows: &[(i64, i64)], 
 }
 
 /// Runs the operations encoded in `data` against a buffer and a model of it; panics on any
-/// difference, any lost or duplicated row, a leaked reservation or a leftover file.
-pub(crate) fn state_machine(data: &[u8]) {
+/// difference, any lost or duplicated row, a leaked reservation or a leftover file in `root`
+/// (an empty directory the buffer spills under).
+pub fn state_machine(data: &[u8], root: &Path) {
     let mut input = Bytes { data };
     let partitions = u32::from(input.byte() % 4) + 1;
     let limit = (usize::from(input.byte() % 16) + 1) * 1024;
     let read_rows = [0, 5, 8192][usize::from(input.byte() % 3)];
-    let root = tempfile::tempdir().expect("temp dir");
     let buffer = ShardBuffer::builder(machine_schema(), partitions)
         .with_memory_limit(limit)
-        .with_spill_dir(root.path())
+        .with_spill_dir(root)
         .with_spill_segment_bytes(limit / 4 + 1)
         .with_max_spill_round_bytes(limit / 2 + 1)
         .with_read_batch_rows(read_rows)
@@ -236,6 +238,6 @@ pub(crate) fn state_machine(data: &[u8]) {
         .map(Vec::len)
         .sum();
     assert_eq!(metrics.rows_written, accepted as u64);
-    let left = std::fs::read_dir(root.path()).expect("root").count();
+    let left = std::fs::read_dir(root).expect("root").count();
     assert_eq!(left, 0, "files left after close");
 }
