@@ -223,9 +223,10 @@ impl ShardBuffer {
     /// is harmless.
     ///
     /// It waits for the spiller thread to finish its round and does file I/O: in async code use
-    /// [`close_async`](Self::close_async). Dropping the last handle without closing never
-    /// blocks: the spiller stops on its own after its round and the spill directory is removed
-    /// when it lets go of the buffer.
+    /// [`close_async`](Self::close_async). Dropping the last handle without closing stops the
+    /// spiller too: outside an async runtime the drop waits for its round, so the spill directory
+    /// is gone when the drop returns; inside a tokio runtime it never blocks, and the directory
+    /// is removed when the spiller thread lets go of the buffer, after its round.
     pub fn close(&self) -> Result<Metrics, Error> {
         if let Some(spiller) = &self.spiller {
             spiller.stop();

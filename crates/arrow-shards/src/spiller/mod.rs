@@ -140,17 +140,23 @@ impl Spiller {
 }
 
 impl Drop for Spiller {
-    /// Asks the thread to stop without waiting for it, so that dropping the last handle never
-    /// blocks (a tokio worker, say): the thread ends after the round it is on and drops its
-    /// share of the buffer, which removes the spill directory.
+    /// Asks the thread to stop. Outside an async runtime it then waits for it (the round it is
+    /// on), so that once the last handle's drop returns the spill directory is gone, even in a
+    /// process that exits right after (the CLI on an error). Inside a tokio runtime it does not
+    /// wait, so dropping the last handle never blocks a worker: the thread ends after its round
+    /// and drops its share of the buffer, which removes the spill directory.
     fn drop(&mut self) {
         let thread = self
             .thread
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if thread.is_some() {
+        if let Some(thread) = thread {
             let _ = self.jobs.send(Job::Shutdown);
+            let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+            if !in_runtime && thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
         }
     }
 }

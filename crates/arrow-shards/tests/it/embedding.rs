@@ -62,26 +62,45 @@ fn a_partition_stream_is_a_named_type_with_its_schema() {
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
 }
 
-#[test]
-fn dropping_the_last_handle_does_not_wait_and_still_removes_the_spill_dir() {
-    let dir = tempfile::tempdir().unwrap();
+fn spilling_buffer(dir: &std::path::Path) -> ShardBuffer {
     let buffer = ShardBuffer::builder(ints(0..1).schema(), 2)
         .with_memory_limit(64 << 10)
-        .with_spill_dir(dir.path())
+        .with_spill_dir(dir)
         .build()
         .unwrap();
     for i in 0..20 {
         buffer.write_blocking(i % 2, ints(0..1000)).unwrap();
     }
+    buffer
+}
+
+#[test]
+fn dropping_the_last_handle_outside_a_runtime_removes_the_spill_dir_before_returning() {
+    // a process that exits right after the drop (the CLI on an error) leaves nothing behind
+    let dir = tempfile::tempdir().unwrap();
+    let buffer = spilling_buffer(dir.path());
     let spill_dir = buffer.spill_dir().unwrap().to_path_buf();
     let pool = buffer.memory_pool().clone();
     drop(buffer);
+    assert!(!spill_dir.exists(), "the spill directory outlived the drop");
+    assert_eq!(pool.reserved(), 0);
+}
+
+#[test]
+fn dropping_the_last_handle_in_a_runtime_does_not_wait_and_still_removes_the_spill_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let buffer = spilling_buffer(dir.path());
+    let spill_dir = buffer.spill_dir().unwrap().to_path_buf();
+    let pool = buffer.memory_pool().clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async move { drop(buffer) });
     // the spiller thread ends by itself and drops the last share of the buffer
     for _ in 0..10_000 {
         if !spill_dir.exists() {
             break;
         }
-        std::thread::yield_now();
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     assert!(
