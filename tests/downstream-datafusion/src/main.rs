@@ -11,8 +11,15 @@ use datafusion::prelude::SessionContext;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ctx = SessionContext::new();
     let keys = Int64Array::from_iter_values(0..1000);
-    ctx.register_batch("t", RecordBatch::try_from_iter([("k", Arc::new(keys) as _)])?)?;
-    let batches = ctx.sql("SELECT k FROM t WHERE k % 2 = 0").await?.collect().await?;
+    ctx.register_batch(
+        "t",
+        RecordBatch::try_from_iter([("k", Arc::new(keys) as _)])?,
+    )?;
+    let batches = ctx
+        .sql("SELECT k FROM t WHERE k % 2 = 0")
+        .await?
+        .collect()
+        .await?;
 
     let buffer = ShardBuffer::builder(batches[0].schema(), 4).build()?;
     for batch in batches {
