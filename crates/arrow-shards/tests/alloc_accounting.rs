@@ -7,6 +7,19 @@
 //! buffer's own memory is left. Tests run one at a time (a mutex), so nothing else allocates
 //! meanwhile.
 
+// Built with `--no-default-features --features arrow_59`, the arrow 59 crates go by the
+// usual names (as in the library's lib.rs; docs/arrow-versions.md).
+#[cfg(feature = "arrow_59")]
+extern crate arrow_array_59 as arrow_array;
+#[cfg(feature = "arrow_59")]
+extern crate arrow_buffer_59 as arrow_buffer;
+#[cfg(feature = "arrow_59")]
+extern crate arrow_data_59 as arrow_data;
+#[cfg(feature = "arrow_59")]
+extern crate arrow_schema_59 as arrow_schema;
+#[cfg(feature = "arrow_59")]
+extern crate arrow_select_59 as arrow_select;
+
 use std::alloc::System;
 use std::sync::{Arc, Mutex};
 

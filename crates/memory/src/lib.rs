@@ -34,6 +34,27 @@
 //! assert_eq!(pool.reserved(), 0);
 //! ```
 
+// The arrow major (Cargo features `arrow_60`, the default, and `arrow_59`; see
+// docs/arrow-versions.md): the chosen crates go by their usual names everywhere below.
+#[cfg(all(feature = "arrow_59", feature = "arrow_60"))]
+compile_error!(
+    "arrow-shards-memory: the features `arrow_59` and `arrow_60` are both on; pick one arrow major (arrow 59: `default-features = false, features = [\"arrow_59\"]`)"
+);
+#[cfg(not(any(feature = "arrow_59", feature = "arrow_60")))]
+compile_error!(
+    "arrow-shards-memory: turn on one arrow major, the feature `arrow_60` (default) or `arrow_59`"
+);
+#[cfg(feature = "arrow_59")]
+extern crate arrow_array_59 as arrow_array;
+#[cfg(feature = "arrow_59")]
+extern crate arrow_buffer_59 as arrow_buffer;
+#[cfg(feature = "arrow_59")]
+extern crate arrow_data_59 as arrow_data;
+#[cfg(all(test, feature = "arrow_59"))]
+extern crate arrow_ipc_59 as arrow_ipc;
+#[cfg(feature = "arrow_59")]
+extern crate arrow_schema_59 as arrow_schema;
+
 mod allocation_set;
 mod error;
 mod pool;

@@ -28,10 +28,11 @@ use std::path::Path;
 use arrow_array::RecordBatch;
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_ipc::reader::StreamDecoder;
-use arrow_schema::{ArrowError, SchemaRef};
+use arrow_schema::{ArrowError, Schema, SchemaRef};
 
 use crate::error::{SpillError, io_error};
 use crate::format::{FRAME_LEN, HEADER_LEN, Header, TRAILER_CRC_COVERED, TRAILER_LEN, Trailer};
+use crate::ipc_checks::{check_message, check_schema_message};
 use crate::panic::panic_message;
 use crate::schema::{check_schema, conform_batch};
 
@@ -406,6 +407,7 @@ fn decode_messages<S: Source + ?Sized>(
             }
             body.into()
         };
+        check_before_decoding(&message.meta, &body, decoder.schema().as_deref())?;
         for mut buffer in [message.meta, body] {
             while !buffer.is_empty() {
                 if let Some(batch) = decoder.decode(&mut buffer).map_err(arrow)? {
@@ -419,6 +421,24 @@ fn decode_messages<S: Source + ?Sized>(
         .schema()
         .ok_or_else(|| corrupt("ipc stream has no schema"))?;
     Ok((schema, batches))
+}
+
+/// The checks arrow-ipc 59 lacks (`ipc_checks.rs`), on a message's metadata (its 8-byte
+/// prefix first) and body.
+/// Before the stream's schema is known, the message is the schema itself.
+fn check_before_decoding(meta: &[u8], body: &[u8], schema: Option<&Schema>) -> Result<(), Fault> {
+    let Some(flatbuffer) = meta.get(8..).filter(|f| !f.is_empty()) else {
+        return Ok(()); // the end-of-stream marker
+    };
+    // parsed with its verifier in the first pass; a failure here is that pass's error
+    let Ok(message) = arrow_ipc::root_as_message(flatbuffer) else {
+        return Ok(());
+    };
+    match schema {
+        Some(schema) => check_message(message, body, schema),
+        None => check_schema_message(message),
+    }
+    .map_err(corrupt)
 }
 
 #[cfg(test)]

@@ -1,0 +1,208 @@
+//! One run of a `ShardRepartitionExec`: the buffer, the tasks
+//! that feed it from the input partitions, and the signal that all of them are done.
+//!
+//! The data flow: `execute` of the first output partition starts the [`Exchange`]; one task
+//! per input partition drives its input stream and scatter-writes each batch into the
+//! buffer (`write_partitioned`, or a whole batch per partition for round robin); when the last
+//! input is done the buffer is finished and `done` turns `Ok`. Each output stream waits for
+//! `done`, then reads its partition, exactly once. The first failing input turns `done` into
+//! its error for every output stream.
+//!
+//! Cancellation: every output stream holds the exchange; when the last one is dropped (read to
+//! its end, or cancelled) the exchange is dropped, which aborts the input tasks and closes the
+//! buffer on tokio's blocking threads (batches nobody read are freed, spill files removed).
+//! `ShardRepartitionExec::wait_closed` lets a caller wait for that.
+//!
+//! # Locking
+//! No lock of its own is held across anything: `tasks` is a `Mutex<JoinSet>` only so that the
+//! exchange is `Sync`, taken by `Drop` alone (through `get_mut`). `remaining` is an atomic;
+//! `done` is a watch channel (tokio's lock, inside `send_if_modified` and `wait_for`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow_shards::{PartitionStream, ShardBuffer};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::metrics::{Count, Time};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use futures::StreamExt;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::errors::{to_datafusion_error, write_error};
+use crate::route::{Destination, Route};
+
+/// How each input partition's rows are routed (one [`Route`] per input task).
+pub(crate) type MakeRoute = Arc<dyn Fn(usize) -> Route + Send + Sync>;
+
+/// What `done` holds: nothing yet, or every input's outcome.
+type Outcome = Option<Result<(), Arc<DataFusionError>>>;
+
+/// The exchange's counters as DataFusion metrics (shown by `EXPLAIN ANALYZE`).
+#[derive(Debug, Clone)]
+pub(crate) struct ExchangeMetrics {
+    pub(crate) spilled_bytes: Count,
+    pub(crate) spill_count: Count,
+    pub(crate) write_wait: Time,
+}
+
+/// One run of the exchange; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    buffer: ShardBuffer,
+    done: watch::Receiver<Outcome>,
+    tasks: Mutex<JoinSet<()>>,
+    closed: Option<oneshot::Sender<()>>,
+    /// Kept until the buffer is closed: its runtime's disk manager owns the directory the
+    /// spill files are in, and removes it when dropped.
+    context: Arc<TaskContext>,
+}
+
+impl Exchange {
+    /// Starts one task per input partition of `input`, writing into `buffer`.
+    pub(crate) fn start(
+        buffer: ShardBuffer,
+        input: Arc<dyn ExecutionPlan>,
+        context: Arc<TaskContext>,
+        route: MakeRoute,
+        metrics: ExchangeMetrics,
+        closed: oneshot::Sender<()>,
+    ) -> Arc<Self> {
+        let inputs = input.output_partitioning().partition_count();
+        let (done_tx, done) = watch::channel(None);
+        let done_tx = Arc::new(done_tx);
+        let remaining = Arc::new(AtomicUsize::new(inputs));
+        let mut tasks = JoinSet::new();
+        if inputs == 0 {
+            finish(&buffer, &done_tx, &metrics);
+        }
+        for partition in 0..inputs {
+            let feed = Feed {
+                buffer: buffer.clone(),
+                input: Arc::clone(&input),
+                context: Arc::clone(&context),
+                route: route(partition),
+            };
+            let (done_tx, remaining, metrics) = (
+                Arc::clone(&done_tx),
+                Arc::clone(&remaining),
+                metrics.clone(),
+            );
+            let buffer = buffer.clone();
+            tasks.spawn(async move {
+                match feed.run(partition).await {
+                    Err(error) => {
+                        done_tx.send_if_modified(|outcome| {
+                            let first = outcome.is_none();
+                            if first {
+                                *outcome = Some(Err(Arc::new(error)));
+                            }
+                            first
+                        });
+                    }
+                    Ok(()) if remaining.fetch_sub(1, Ordering::AcqRel) == 1 => {
+                        buffer.spills_done().await;
+                        finish(&buffer, &done_tx, &metrics);
+                    }
+                    Ok(()) => {}
+                }
+            });
+        }
+        Arc::new(Self {
+            buffer,
+            done,
+            tasks: Mutex::new(tasks),
+            closed: Some(closed),
+            context,
+        })
+    }
+
+    /// Waits for every input, then takes `partition` for reading.
+    pub(crate) async fn read(&self, partition: u32) -> Result<PartitionStream> {
+        let mut done = self.done.clone();
+        let outcome = done
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| DataFusionError::Internal("ShardRepartitionExec: inputs vanished".into()))?
+            .clone();
+        match outcome {
+            Some(Ok(())) => Ok(self
+                .buffer
+                .read(partition)
+                .map_err(to_datafusion_error)?
+                .into_stream()),
+            Some(Err(error)) => Err(DataFusionError::Shared(error)),
+            None => Err(DataFusionError::Internal(
+                "ShardRepartitionExec: no outcome".into(),
+            )),
+        }
+    }
+}
+
+/// Finishes the buffer after the last input and records its metrics.
+fn finish(buffer: &ShardBuffer, done: &watch::Sender<Outcome>, metrics: &ExchangeMetrics) {
+    let outcome = buffer
+        .finish()
+        .map_err(|e| Arc::new(to_datafusion_error(e)));
+    let m = buffer.metrics();
+    metrics.spilled_bytes.add(m.bytes_spilled as usize);
+    metrics.spill_count.add(m.spill_runs as usize);
+    metrics.write_wait.add_duration(m.write_wait);
+    done.send_if_modified(|slot| {
+        let first = slot.is_none();
+        if first {
+            *slot = Some(outcome);
+        }
+        first
+    });
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if let Ok(tasks) = self.tasks.get_mut() {
+            tasks.abort_all();
+        }
+        let buffer = self.buffer.clone();
+        let closed = self.closed.take();
+        let context = Arc::clone(&self.context);
+        let close = move || {
+            // The query is over (or cancelled): its errors were reported to its streams.
+            let _ = buffer.close();
+            drop(context);
+            if let Some(closed) = closed {
+                let _ = closed.send(());
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(close)),
+            Err(_) => close(),
+        }
+    }
+}
+
+/// One input partition's task: drive its stream and write every batch into the buffer.
+struct Feed {
+    buffer: ShardBuffer,
+    input: Arc<dyn ExecutionPlan>,
+    context: Arc<TaskContext>,
+    route: Route,
+}
+
+impl Feed {
+    async fn run(mut self, partition: usize) -> Result<()> {
+        let mut stream = self.input.execute(partition, Arc::clone(&self.context))?;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            match self.route.destination(&batch)? {
+                Destination::Rows(ids) => self.buffer.write_partitioned(batch, &ids).await,
+                Destination::Whole(p) => self.buffer.write(p, batch).await,
+            }
+            .map_err(write_error)?;
+        }
+        Ok(())
+    }
+}

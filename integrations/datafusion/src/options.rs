@@ -1,0 +1,53 @@
+//! [`ShardRepartitionOptions`]: how the optimizer rule picks exchanges to replace and how each
+//! exchange's buffer is set up.
+
+use std::time::Duration;
+
+/// Options of [`ShardRepartitionRule`](crate::ShardRepartitionRule) and
+/// [`ShardRepartitionExec`](crate::ShardRepartitionExec).
+///
+/// ```
+/// use std::time::Duration;
+/// use arrow_shards_datafusion::ShardRepartitionOptions;
+///
+/// let options = ShardRepartitionOptions::default()
+///     .with_min_output_partitions(64)
+///     .with_write_timeout(Some(Duration::from_secs(60)));
+/// assert_eq!(options.min_output_partitions, 64);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ShardRepartitionOptions {
+    /// The rule replaces a `RepartitionExec` only if it has at least this many output
+    /// partitions (default 1: every hash or round-robin one). The buffer pays off with many
+    /// output partitions or a memory limit; see docs/datafusion.md.
+    pub min_output_partitions: usize,
+    /// How long a write may wait for memory before the query fails with `ResourcesExhausted`
+    /// (default 60 s). The buffer wakes its writers when it frees memory itself; memory that
+    /// other operators free in the same session pool sends no wake-up, so with nothing of its
+    /// own left to spill a writer waits for this timeout. `None`: wait for ever.
+    pub write_timeout: Option<Duration>,
+}
+
+impl Default for ShardRepartitionOptions {
+    fn default() -> Self {
+        Self {
+            min_output_partitions: 1,
+            write_timeout: Some(Duration::from_secs(60)),
+        }
+    }
+}
+
+impl ShardRepartitionOptions {
+    /// Sets [`min_output_partitions`](Self::min_output_partitions).
+    pub fn with_min_output_partitions(mut self, partitions: usize) -> Self {
+        self.min_output_partitions = partitions;
+        self
+    }
+
+    /// Sets [`write_timeout`](Self::write_timeout).
+    pub fn with_write_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+}
