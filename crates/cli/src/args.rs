@@ -22,8 +22,8 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Hash-partition the rows of INPUT... on the key columns into N partitions.
     ///
-    /// Reads the inputs as a stream of batches, hashes each row's key, writes one shard per
-    /// partition per input batch into the buffer, then reads every partition back (and, with
+    /// Reads the inputs as a stream of batches, hashes each row's key, writes each batch into
+    /// the buffer split by partition (spilling beyond --memory-limit), then reads every partition back (and, with
     /// --output, writes DIR/part-00000.parquet ... one file per partition, empty partitions
     /// included). Without --output the partitions are only read and counted: the benchmark mode.
     ///
@@ -86,7 +86,7 @@ pub(crate) struct ShuffleArgs {
     pub(crate) no_spill: bool,
 
     /// Compression of spilled data (the buffer's spill files; see --compression for the output).
-    #[arg(long, value_enum, default_value_t = CompressionArg::None)]
+    #[arg(long, value_enum, value_name = "CODEC", default_value_t = CompressionArg::None)]
     pub(crate) spill_compression: CompressionArg,
 
     /// Compression of the output files. Default: snappy for parquet, none for Arrow IPC (which
@@ -100,7 +100,7 @@ pub(crate) struct ShuffleArgs {
 
     /// Parquet column statistics (min, max, null count) to write: per page and column chunk,
     /// per column chunk only, or none.
-    #[arg(long, value_enum, default_value_t = StatisticsArg::Page)]
+    #[arg(long, value_enum, value_name = "WHICH", default_value_t = StatisticsArg::Page)]
     pub(crate) statistics: StatisticsArg,
 
     /// Rows per batch, for reading the inputs and for reading partitions back.
