@@ -22,8 +22,8 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Hash-partition the rows of INPUT... on the key columns into N partitions.
     ///
-    /// Reads the inputs as a stream of batches, hashes each row's key, writes one shard per
-    /// partition per input batch into the buffer, then reads every partition back (and, with
+    /// Reads the inputs as a stream of batches, hashes each row's key, writes each batch into
+    /// the buffer split by partition (spilling beyond --memory-limit), then reads every partition back (and, with
     /// --output, writes DIR/part-00000.parquet ... one file per partition, empty partitions
     /// included). Without --output the partitions are only read and counted: the benchmark mode.
     ///
@@ -64,8 +64,10 @@ pub(crate) struct ShuffleArgs {
     /// Write one file per partition into DIR (created if missing).
     ///
     /// Files are written as DIR/.part-00000.parquet.tmp and renamed to DIR/part-00000.parquet
-    /// only once every partition is complete (and verified, with --verify); on failure the
-    /// temporary files are removed. Older part-NNNNN files in DIR are replaced.
+    /// only once every partition is complete (and verified, with --verify); on failure or
+    /// Ctrl-C (SIGINT, SIGTERM: exit status 130, 143) the temporary files are removed, and a
+    /// run starts by removing the .part-*.tmp files a killed run left in DIR. Older part-NNNNN
+    /// files in DIR are replaced. An empty partition gets a valid file with no rows.
     #[arg(long, short, value_name = "DIR")]
     pub(crate) output: Option<PathBuf>,
 
@@ -83,9 +85,23 @@ pub(crate) struct ShuffleArgs {
     #[arg(long)]
     pub(crate) no_spill: bool,
 
-    /// Compression of spilled data.
-    #[arg(long, value_enum, default_value_t = CompressionArg::None)]
-    pub(crate) compression: CompressionArg,
+    /// Compression of spilled data (the buffer's spill files; see --compression for the output).
+    #[arg(long, value_enum, value_name = "CODEC", default_value_t = CompressionArg::None)]
+    pub(crate) spill_compression: CompressionArg,
+
+    /// Compression of the output files. Default: snappy for parquet, none for Arrow IPC (which
+    /// takes lz4 and zstd but not snappy).
+    #[arg(long, value_enum, value_name = "CODEC")]
+    pub(crate) compression: Option<OutputCompression>,
+
+    /// Most rows per parquet row group (a partition with more rows gets several).
+    #[arg(long, value_name = "N", default_value_t = 1_048_576, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) row_group_rows: u32,
+
+    /// Parquet column statistics (min, max, null count) to write: per page and column chunk,
+    /// per column chunk only, or none.
+    #[arg(long, value_enum, value_name = "WHICH", default_value_t = StatisticsArg::Page)]
+    pub(crate) statistics: StatisticsArg,
 
     /// Rows per batch, for reading the inputs and for reading partitions back.
     #[arg(long, value_name = "N", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
@@ -118,7 +134,7 @@ pub(crate) struct ShuffleArgs {
     pub(crate) quiet: bool,
 }
 
-/// `--compression`: how the buffer compresses what it spills.
+/// `--spill-compression`: how the buffer compresses what it spills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum CompressionArg {
     /// No compression (fastest here: compression is slower than this disk).
@@ -129,16 +145,40 @@ pub(crate) enum CompressionArg {
     Zstd,
 }
 
+/// `--compression`: the codec of the output files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputCompression {
+    /// Snappy (parquet only; the parquet default).
+    Snappy,
+    /// Zstandard, level 1.
+    Zstd,
+    /// LZ4 (parquet's LZ4_RAW; Arrow IPC's LZ4 frame).
+    Lz4,
+    /// No compression.
+    None,
+}
+
+/// `--statistics`: which parquet column statistics are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StatisticsArg {
+    /// Per page and per column chunk (parquet's default).
+    Page,
+    /// Per column chunk only.
+    Chunk,
+    /// None.
+    None,
+}
+
 /// `--format`: the output file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum FormatArg {
-    /// Parquet, snappy compressed: DIR/part-00000.parquet.
+    /// Parquet (snappy compressed unless --compression says otherwise): DIR/part-00000.parquet.
     Parquet,
-    /// Arrow IPC file format, uncompressed: DIR/part-00000.arrow. A dictionary column must keep
+    /// Arrow IPC file format (uncompressed unless --compression): DIR/part-00000.arrow. A dictionary column must keep
     /// one dictionary per partition (the IPC file format cannot replace it); use arrow-stream or
     /// parquet for dictionaries that change from batch to batch.
     Arrow,
-    /// Arrow IPC stream format, uncompressed: DIR/part-00000.arrows. Allows any dictionaries.
+    /// Arrow IPC stream format (uncompressed unless --compression): DIR/part-00000.arrows. Allows any dictionaries.
     ArrowStream,
 }
 

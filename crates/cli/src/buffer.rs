@@ -28,7 +28,7 @@ pub(crate) struct BufferSettings {
     pub(crate) memory_limit: Option<u64>,
     /// `--spill-dir` / `--no-spill`.
     pub(crate) spill: Spill,
-    /// `--compression`.
+    /// `--spill-compression`.
     pub(crate) compression: CompressionArg,
     /// `--batch-rows`, for reading partitions back.
     pub(crate) read_batch_rows: usize,

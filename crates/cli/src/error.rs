@@ -1,8 +1,9 @@
 //! What can go wrong, each case naming the file, column or directory it is about.
 //!
 //! `main` prints an error as one line, `arrow-shards: error: ` followed by the message and its
-//! sources joined with `: `, and exits with status 1. Usage errors (bad flags, a bad size string)
-//! are clap's: status 2.
+//! causes on lines of their own, and exits with status 1. Usage errors (bad flags, a bad size
+//! string) are clap's: status 2. An interrupted run ([`CliError::Interrupted`]) exits with 130
+//! (SIGINT) or 143 (SIGTERM).
 
 use std::error::Error as StdError;
 use std::io;
@@ -122,6 +123,14 @@ pub(crate) enum CliError {
         #[source]
         source: Option<Box<dyn StdError + Send + Sync>>,
     },
+    /// SIGINT or SIGTERM arrived; the run stopped and removed its temporary files.
+    #[error("interrupted by {signal}; temporary output and spill files removed")]
+    Interrupted {
+        /// `SIGINT` or `SIGTERM`.
+        signal: &'static str,
+        /// The exit status: 128 + the signal's number.
+        status: i32,
+    },
     /// A bug: something that cannot happen did.
     #[error("internal error (a bug in arrow-shards): {0}")]
     Internal(String),
@@ -147,6 +156,14 @@ impl CliError {
         }
     }
 
+    /// The process exit status for this error: 128 + the signal for an interrupted run, else 1.
+    pub(crate) fn exit_status(&self) -> u8 {
+        match self {
+            CliError::Interrupted { status, .. } => u8::try_from(*status).unwrap_or(1),
+            _ => 1,
+        }
+    }
+
     /// An error decoding input `path`.
     pub(crate) fn decode(path: &Path, source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
         CliError::InputDecode {
@@ -155,7 +172,6 @@ impl CliError {
         }
     }
 
-    /// The message and every source below it, joined with `: `, on one line.
     /// The message, then each cause beneath it on a line of its own (`  caused by: ...`),
     /// leaving out causes whose text the lines above already hold (Arrow, parquet and this
     /// project's errors repeat their inner message).

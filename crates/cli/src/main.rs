@@ -2,8 +2,11 @@
 //!
 //! ```text
 //! arrow-shards shuffle INPUT... --key COL[,COL...] --partitions N [--output DIR]
-//!              [--memory-limit SIZE] [--spill-dir DIR | --no-spill] [--compression none|lz4|zstd]
-//!              [--batch-rows N] [--format parquet|arrow] [--threads N] [--json] [--verify] [--quiet]
+//!              [--memory-limit SIZE] [--spill-dir DIR | --no-spill]
+//!              [--spill-compression none|lz4|zstd] [--batch-rows N] [--compact-rows N]
+//!              [--format parquet|arrow|arrow-stream] [--compression snappy|zstd|lz4|none]
+//!              [--row-group-rows N] [--statistics page|chunk|none]
+//!              [--threads N] [--json] [--verify] [--quiet]
 //! arrow-shards gen lineitem --scale SF --output FILE.parquet
 //! ```
 //!
@@ -13,19 +16,23 @@
 //! 2. [`hash`]: each row's key is hashed with a documented, stable hash (FNV-1a over a canonical
 //!    little-endian encoding of each value, folded over the key columns); rows whose key is all
 //!    null go to partition 0.
-//! 3. [`partition`]: each input batch becomes one shard per partition (`take` per partition).
-//! 4. [`buffer`]: shards go into the shared `ShardBuffer`, which holds them in memory up to
-//!    `--memory-limit` and spills beyond it; [`shuffle`] runs this on `--threads` threads.
-//! 5. After the last input, every partition is read back exactly once and, with `--output`,
-//!    written by [`output`] as `DIR/part-00000.parquet` ... (temporary names, renamed when all
-//!    are complete); [`verify`] checks them with `--verify`.
+//! 3. [`partition`]: each input batch gets one partition id per row.
+//! 4. [`buffer`]: the batch and its ids go into the shared `ShardBuffer` (its scatter write),
+//!    which holds them in memory up to `--memory-limit` and spills beyond it; [`shuffle`] runs
+//!    its steps in order and [`shuffle_in`] this phase on `--threads` threads ([`workers`]).
+//! 5. After the last input, [`read_back`] reads every partition exactly once and, with
+//!    `--output`, writes it ([`part_writer`]) into [`output`]'s `DIR/part-00000.parquet` ...
+//!    (temporary names, renamed when all are complete); [`verify`] checks them with `--verify`.
+//!    Ctrl-C ([`interrupt`]) stops the threads, removes the temporary and spill files and
+//!    exits with 130 (SIGINT) or 143 (SIGTERM).
 //! 6. [`summary`]: the figures, as a table or one JSON object on stdout; [`progress`] draws a bar
 //!    on stderr when it is a terminal.
 //!
 //! `gen` ([`gen`]) makes TPC-H lineitem test data with tpchgen-arrow.
 //!
 //! Errors ([`error`]) print one line, `arrow-shards: error: ...`, naming the file, column or
-//! directory, and exit with status 1; usage errors exit with status 2.
+//! directory, and exit with status 1; usage errors exit with status 2; an interrupted run prints
+//! `arrow-shards: interrupted by SIGINT; ...` and exits with 130 (143 for SIGTERM).
 
 mod args;
 mod buffer;
@@ -33,21 +40,28 @@ mod error;
 mod r#gen;
 mod hash;
 mod input;
+mod interrupt;
 mod output;
+mod part_writer;
 mod partition;
 mod progress;
+mod read_back;
 mod shuffle;
+mod shuffle_in;
 mod summary;
 mod verify;
+mod workers;
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use bytesize::ByteSize;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use crate::args::{Cli, Command};
 use crate::error::CliError;
+use crate::interrupt::Interrupt;
+use crate::part_writer::OutputOptions;
 
 fn main() -> ExitCode {
     // A bug must still read as one line, not a backtrace.
@@ -67,9 +81,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ CliError::Interrupted { .. }) => {
+            eprintln!("arrow-shards: {e}");
+            ExitCode::from(e.exit_status())
+        }
         Err(e) => {
             eprintln!("arrow-shards: error: {}", e.report());
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_status())
         }
     }
 }
@@ -77,7 +95,12 @@ fn main() -> ExitCode {
 fn run(cli: &Cli) -> Result<(), CliError> {
     match &cli.command {
         Command::Shuffle(args) => {
-            let report = shuffle::run(args)?;
+            let options = OutputOptions::from_args(args).unwrap_or_else(|message| {
+                Cli::command()
+                    .error(clap::error::ErrorKind::ArgumentConflict, message)
+                    .exit()
+            });
+            let report = shuffle::run(args, options, Interrupt::install()?)?;
             let text = if args.json {
                 format!("{}\n", report.to_json())
             } else if args.quiet {

@@ -5,8 +5,8 @@
 //! nothing is printed.
 //!
 //! Phase times: `read_input_s` is time spent opening and decoding inputs; `partition_s`
-//! (hashing and `take`) and `write_s` (handing shards to the buffer, including any wait for
-//! memory) are summed over the partitioning threads; `read_s` (taking batches out of the
+//! (hashing into partition ids) and `write_s` (the scatter writes into the buffer, waits for
+//! memory included) are summed over the partitioning threads; `read_s` (taking batches out of the
 //! buffer) and `output_s` (writing the output files) are summed over the reading threads, so
 //! with several threads they can exceed the wall clock. `total_s` is the wall clock of the
 //! whole run.

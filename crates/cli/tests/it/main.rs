@@ -5,5 +5,7 @@
 mod errors;
 mod r#gen;
 mod inputs;
+mod interrupt;
+mod output_options;
 mod shuffle;
 mod util;

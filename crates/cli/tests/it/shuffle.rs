@@ -327,7 +327,7 @@ fn the_summary_table_goes_to_stdout_and_quiet_silences_it() {
 fn a_small_memory_limit_spills_and_still_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let (out, spill) = (dir.path().join("out"), dir.path().join("spill"));
-    let run = shuffle(&[lineitem()], "--key l_orderkey --partitions 16 --memory-limit 2MiB --compression lz4 --verify --json --output")
+    let run = shuffle(&[lineitem()], "--key l_orderkey --partitions 16 --memory-limit 2MiB --spill-compression lz4 --verify --json --output")
         .arg(&out)
         .arg("--spill-dir")
         .arg(&spill)

@@ -1,0 +1,177 @@
+//! Writing one partition's file: the output options (`--format`, `--compression`,
+//! `--row-group-rows`, `--statistics`) turned into a parquet or Arrow IPC writer.
+//!
+//! Parquet is snappy compressed by default, with row groups of at most 1,048,576 rows (the
+//! parquet crate's default) and statistics per page and column chunk. Arrow IPC output is
+//! uncompressed by default and takes lz4 or zstd (its format has no snappy).
+//!
+//! In flight per writer: parquet encodes a row group in memory before writing it, so each open
+//! writer holds up to one encoded row group (at most `--row-group-rows` rows, compressed) plus
+//! its page buffers; one writer is open per reading thread.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use arrow_ipc::CompressionType;
+use arrow_ipc::writer::{FileWriter, IpcWriteOptions, StreamWriter};
+use arrow_schema::Schema;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+use crate::args::{FormatArg, OutputCompression, ShuffleArgs, StatisticsArg};
+use crate::error::CliError;
+
+/// How every output file is written.
+#[derive(Debug, Clone)]
+pub(crate) struct OutputOptions {
+    /// The file format.
+    pub(crate) format: FormatArg,
+    /// The codec (already checked to suit the format).
+    pub(crate) compression: OutputCompression,
+    /// Most rows per parquet row group.
+    pub(crate) row_group_rows: usize,
+    /// Parquet statistics.
+    pub(crate) statistics: StatisticsArg,
+}
+
+impl OutputOptions {
+    /// The options of `args`, or why they do not go together (a usage error).
+    pub(crate) fn from_args(args: &ShuffleArgs) -> Result<Self, String> {
+        let compression = match (args.format, args.compression) {
+            (FormatArg::Parquet, None) => OutputCompression::Snappy,
+            (_, None) => OutputCompression::None,
+            (FormatArg::Arrow | FormatArg::ArrowStream, Some(OutputCompression::Snappy)) => {
+                return Err(
+                    "--compression snappy is for parquet output; Arrow IPC takes lz4, zstd or none"
+                        .to_owned(),
+                );
+            }
+            (_, Some(codec)) => codec,
+        };
+        Ok(OutputOptions {
+            format: args.format,
+            compression,
+            row_group_rows: args.row_group_rows as usize,
+            statistics: args.statistics,
+        })
+    }
+
+    fn parquet_properties(&self) -> WriterProperties {
+        let compression = match self.compression {
+            OutputCompression::Snappy => Compression::SNAPPY,
+            // level 1 is always valid
+            OutputCompression::Zstd => Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()),
+            OutputCompression::Lz4 => Compression::LZ4_RAW,
+            OutputCompression::None => Compression::UNCOMPRESSED,
+        };
+        let statistics = match self.statistics {
+            StatisticsArg::Page => EnabledStatistics::Page,
+            StatisticsArg::Chunk => EnabledStatistics::Chunk,
+            StatisticsArg::None => EnabledStatistics::None,
+        };
+        WriterProperties::builder()
+            .set_compression(compression)
+            .set_max_row_group_row_count(Some(self.row_group_rows.max(1)))
+            .set_statistics_enabled(statistics)
+            .build()
+    }
+
+    fn ipc_options(&self) -> Result<IpcWriteOptions, arrow_schema::ArrowError> {
+        let codec = match self.compression {
+            OutputCompression::Zstd => Some(CompressionType::ZSTD),
+            OutputCompression::Lz4 => Some(CompressionType::LZ4_FRAME),
+            OutputCompression::None | OutputCompression::Snappy => None,
+        };
+        IpcWriteOptions::default().try_with_compression(codec)
+    }
+
+    /// A writer of a new file at `path`.
+    pub(crate) fn writer(
+        &self,
+        path: PathBuf,
+        schema: &Schema,
+    ) -> Result<PartitionWriter, CliError> {
+        let file = File::create(&path).map_err(|e| CliError::output(&path, e))?;
+        let fail = |e| CliError::output(&path, e);
+        let inner = match self.format {
+            FormatArg::Parquet => {
+                let props = self.parquet_properties();
+                let writer = ArrowWriter::try_new(file, schema.clone().into(), Some(props))
+                    .map_err(|e| CliError::output(&path, e))?;
+                Inner::Parquet(Box::new(writer))
+            }
+            FormatArg::Arrow => Inner::Arrow(Box::new(
+                self.ipc_options()
+                    .and_then(|o| FileWriter::try_new_with_options(BufWriter::new(file), schema, o))
+                    .map_err(fail)?,
+            )),
+            FormatArg::ArrowStream => Inner::ArrowStream(Box::new(
+                self.ipc_options()
+                    .and_then(|o| {
+                        StreamWriter::try_new_with_options(BufWriter::new(file), schema, o)
+                    })
+                    .map_err(fail)?,
+            )),
+        };
+        Ok(PartitionWriter {
+            path,
+            inner,
+            rows: 0,
+        })
+    }
+}
+
+enum Inner {
+    Parquet(Box<ArrowWriter<File>>),
+    Arrow(Box<FileWriter<BufWriter<File>>>),
+    ArrowStream(Box<StreamWriter<BufWriter<File>>>),
+}
+
+/// Writes one partition's file: create, `write` batches, `finish`.
+pub(crate) struct PartitionWriter {
+    path: PathBuf,
+    inner: Inner,
+    rows: u64,
+}
+
+impl PartitionWriter {
+    /// Appends `batch`.
+    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), CliError> {
+        let result = match &mut self.inner {
+            Inner::Parquet(w) => w.write(batch).map_err(|e| CliError::output(&self.path, e)),
+            Inner::Arrow(w) => w.write(batch).map_err(|e| {
+                if e.to_string().contains("Dictionary replacement") {
+                    CliError::DictionaryReplaced {
+                        path: self.path.clone(),
+                    }
+                } else {
+                    CliError::output(&self.path, e)
+                }
+            }),
+            Inner::ArrowStream(w) => w.write(batch).map_err(|e| CliError::output(&self.path, e)),
+        };
+        self.rows += batch.num_rows() as u64;
+        result
+    }
+
+    /// Writes the footer and flushes; returns the rows written.
+    pub(crate) fn finish(self) -> Result<u64, CliError> {
+        let path = self.path;
+        let fail = |e| CliError::output(&path, e);
+        match self.inner {
+            Inner::Parquet(w) => {
+                w.close().map_err(|e| CliError::output(&path, e))?;
+            }
+            Inner::Arrow(w) => flush(w.into_inner().map_err(fail)?, &path)?,
+            Inner::ArrowStream(w) => flush(w.into_inner().map_err(fail)?, &path)?,
+        }
+        Ok(self.rows)
+    }
+}
+
+fn flush(mut buffered: BufWriter<File>, path: &Path) -> Result<(), CliError> {
+    buffered.flush().map_err(|e| CliError::output(path, e))
+}

@@ -1,0 +1,138 @@
+//! The output options round-trip: `--compression`, `--row-group-rows` and `--statistics` are
+//! checked in the files' parquet metadata, and the rows read back are the input's.
+
+use std::fs::File;
+use std::path::Path;
+
+use parquet::basic::Compression;
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+
+use crate::util::{lineitem, read_arrow_file, read_parquet, read_parts, rows, shuffle};
+
+const LINEITEM_ROWS: usize = 60_175;
+
+/// Shuffles the fixture into 4 partitions with `flags`; the output directory.
+fn shuffled(flags: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    shuffle(
+        &[lineitem()],
+        &format!("--key l_orderkey --partitions 4 --quiet {flags} --output"),
+    )
+    .arg(dir.path())
+    .assert()
+    .success();
+    dir
+}
+
+fn metadata(path: &Path) -> ParquetMetaData {
+    SerializedFileReader::new(File::open(path).unwrap())
+        .unwrap()
+        .metadata()
+        .clone()
+}
+
+/// Every column chunk's codec in the partition files of `dir`.
+fn codecs(dir: &Path) -> Vec<Compression> {
+    let mut codecs = Vec::new();
+    for p in 0..4 {
+        let meta = metadata(&dir.join(format!("part-{p:05}.parquet")));
+        for group in meta.row_groups() {
+            codecs.extend(group.columns().iter().map(|c| c.compression()));
+        }
+    }
+    codecs
+}
+
+#[test]
+fn parquet_codecs_are_as_asked_and_snappy_by_default() {
+    for (flags, expected) in [
+        ("", Compression::SNAPPY),
+        ("--compression snappy", Compression::SNAPPY),
+        ("--compression lz4", Compression::LZ4_RAW),
+        ("--compression none", Compression::UNCOMPRESSED),
+    ] {
+        let dir = shuffled(flags);
+        let codecs = codecs(dir.path());
+        assert!(!codecs.is_empty());
+        assert!(codecs.iter().all(|c| *c == expected), "{flags}: {codecs:?}");
+        let parts = read_parts(dir.path(), "parquet");
+        let total: usize = parts.values().map(|(_, b)| rows(b)).sum();
+        assert_eq!(total, LINEITEM_ROWS, "{flags}");
+    }
+    let dir = shuffled("--compression zstd");
+    assert!(
+        codecs(dir.path())
+            .iter()
+            .all(|c| matches!(c, Compression::ZSTD(_)))
+    );
+}
+
+#[test]
+fn row_groups_hold_at_most_row_group_rows() {
+    let dir = shuffled("--row-group-rows 1000");
+    let mut total = 0;
+    for p in 0..4 {
+        let path = dir.path().join(format!("part-{p:05}.parquet"));
+        let meta = metadata(&path);
+        let rows_here = meta.file_metadata().num_rows() as usize;
+        let groups: Vec<usize> = meta
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows() as usize)
+            .collect();
+        assert!(groups.iter().all(|&n| n <= 1000), "{groups:?}");
+        assert_eq!(groups.len(), rows_here.div_ceil(1000), "{groups:?}");
+        assert_eq!(rows(&read_parquet(&path).1), rows_here);
+        total += rows_here;
+    }
+    assert_eq!(total, LINEITEM_ROWS);
+}
+
+#[test]
+fn statistics_are_written_unless_turned_off() {
+    for (flags, wanted) in [
+        ("", true),
+        ("--statistics chunk", true),
+        ("--statistics none", false),
+    ] {
+        let dir = shuffled(flags);
+        let meta = metadata(&dir.path().join("part-00000.parquet"));
+        let key = meta.row_group(0).column(0);
+        assert_eq!(key.column_path().string(), "l_orderkey");
+        assert_eq!(key.statistics().is_some(), wanted, "{flags}");
+        if let Some(stats) = key.statistics() {
+            assert!(stats.min_bytes_opt().is_some() && stats.max_bytes_opt().is_some());
+        }
+    }
+}
+
+#[test]
+fn arrow_output_takes_lz4_and_zstd_but_not_snappy() {
+    let plain = shuffled("--format arrow");
+    let zstd = shuffled("--format arrow --compression zstd");
+    let size = |dir: &Path| {
+        std::fs::metadata(dir.join("part-00000.arrow"))
+            .unwrap()
+            .len()
+    };
+    assert!(
+        size(zstd.path()) < size(plain.path()) / 2,
+        "zstd did not compress"
+    );
+    let (_, plain_batches) = read_arrow_file(&plain.path().join("part-00000.arrow"));
+    let (_, zstd_batches) = read_arrow_file(&zstd.path().join("part-00000.arrow"));
+    assert_eq!(plain_batches, zstd_batches);
+
+    let dir = tempfile::tempdir().unwrap();
+    shuffle(
+        &[lineitem()],
+        "--key l_orderkey --partitions 4 --format arrow --compression snappy --output",
+    )
+    .arg(dir.path())
+    .assert()
+    .code(2)
+    .stderr(predicates::str::contains(
+        "--compression snappy is for parquet output",
+    ));
+}
