@@ -26,14 +26,13 @@ fn read_all(buffer: &ShardBuffer) -> Vec<i64> {
     let mut keys: Vec<i64> = (0..buffer.num_partitions())
         .flat_map(|p| {
             let batch = buffer.read(p).unwrap().concat().unwrap();
-            let column = batch
+            batch
                 .column(0)
                 .as_any()
                 .downcast_ref::<Int64Array>()
                 .unwrap()
                 .values()
-                .to_vec();
-            column
+                .to_vec()
         })
         .collect();
     keys.sort_unstable();
