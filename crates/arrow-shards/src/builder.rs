@@ -132,7 +132,9 @@ impl ShardBufferBuilder {
     }
 
     /// Draws memory from `pool`, which other buffers (other shuffles in this process) may share.
-    /// Each buffer spills its own largest partitions while the *pool* is above the threshold.
+    /// While the *pool* is above the threshold, a spill takes the largest partition across every
+    /// buffer on it (pools that keep [`SpillPeers`](arrow_shards_memory::SpillPeers), as
+    /// [`BoundedPool`](arrow_shards_memory::BoundedPool) does), so an idle buffer holding more makes room for a busy one.
     ///
     /// Default: a pool of this buffer's own, sized by `with_memory_limit`.
     pub fn with_memory_pool(mut self, pool: Arc<dyn MemoryPool>) -> Self {

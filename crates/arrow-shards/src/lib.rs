@@ -85,7 +85,8 @@ mod victims;
 mod write;
 
 pub use arrow_shards_memory::{
-    BoundedPool, MemoryExhausted, MemoryPool, MemoryReservation, ReleaseSignal, UnboundedPool,
+    BoundedPool, MemoryExhausted, MemoryPool, MemoryReservation, ReleaseSignal, SpillPeer,
+    SpillPeers, UnboundedPool,
 };
 pub use arrow_shards_spill::{Compression, SchemaMismatch, SpillError};
 pub use buffer::ShardBuffer;

@@ -540,16 +540,32 @@ impl State {
         })
     }
 
+    /// The bytes of the largest partition a spill round could take now; 0 if none, or if
+    /// spilling is failing or the buffer is closed (another buffer on the pool then spills its
+    /// own rather than wait on this one).
+    pub(crate) fn largest_spillable(&self) -> usize {
+        if self.closed || self.spill_error.is_some() {
+            return 0;
+        }
+        self.victims.largest()
+    }
+
     /// Picks the largest partitions until `want` bytes are chosen (at least one partition if any
-    /// can be spilled), cuts their open batches, marks their batches in flight under a new
-    /// ticket and returns clones of them to write.
-    pub(crate) fn start_spill(&mut self, want: usize) -> (u64, Vec<(u32, SizedBatches)>) {
+    /// holds `floor` bytes or more), cuts their open batches, marks their batches in flight under
+    /// a new ticket and returns clones of them to write. `floor` is the largest partition of the
+    /// other buffers on the pool (0 if none): a partition smaller than it is left for the buffer
+    /// that holds it to spill first.
+    pub(crate) fn start_spill(
+        &mut self,
+        want: usize,
+        floor: usize,
+    ) -> (u64, Vec<(u32, SizedBatches)>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let mut chosen = Vec::new();
         let mut bytes = 0;
         while bytes < want.max(1) {
-            let Some((partition, size)) = self.victims.pop_largest() else {
+            let Some((partition, size)) = self.victims.pop_largest(floor) else {
                 break;
             };
             debug_assert_eq!(self.partitions[partition as usize].bytes, size);

@@ -38,11 +38,20 @@ impl LargestFirst {
         }
     }
 
-    /// Takes out the largest partition, with its bytes.
-    pub(crate) fn pop_largest(&mut self) -> Option<(u32, usize)> {
+    /// Takes out the largest partition, with its bytes, if it holds at least `floor` bytes (the
+    /// largest partition of another buffer on the same pool, or 0).
+    pub(crate) fn pop_largest(&mut self, floor: usize) -> Option<(u32, usize)> {
+        if self.largest() < floor {
+            return None;
+        }
         self.set
             .pop_last()
             .map(|(bytes, partition)| (partition, bytes))
+    }
+
+    /// The bytes of the largest partition in the index; 0 if it is empty.
+    pub(crate) fn largest(&self) -> usize {
+        self.set.last().map_or(0, |(bytes, _)| *bytes)
     }
 
     /// Partitions in the index.
@@ -65,9 +74,16 @@ mod tests {
         index.update(1, 10, 40);
         index.update(3, 20, 0);
         assert_eq!(index.len(), 2);
-        assert_eq!(index.pop_largest(), Some((1, 40)));
-        assert_eq!(index.pop_largest(), Some((2, 30)));
-        assert_eq!(index.pop_largest(), None);
+        assert_eq!(index.largest(), 40);
+        assert_eq!(index.pop_largest(0), Some((1, 40)));
+        assert_eq!(
+            index.pop_largest(31),
+            None,
+            "another buffer's partition is larger"
+        );
+        assert_eq!(index.pop_largest(30), Some((2, 30)));
+        assert_eq!(index.pop_largest(0), None);
+        assert_eq!(index.largest(), 0);
     }
 
     #[test]
@@ -77,6 +93,6 @@ mod tests {
             index.update(p, 0, 7);
         }
         assert_eq!(index.len(), 100_000);
-        assert_eq!(index.pop_largest(), Some((99_999, 7)));
+        assert_eq!(index.pop_largest(0), Some((99_999, 7)));
     }
 }

@@ -13,6 +13,8 @@
 //!   are charged once for the buffer as a whole.
 //! - [`MemoryPool`] with [`BoundedPool`] and [`UnboundedPool`]; one pool may be shared by several
 //!   buffers (several shuffles in one process share one budget).
+//! - [`SpillPeers`]: the buffers that can spill on a pool, so that a spill takes the largest
+//!   partition across all of them.
 //! - [`MemoryReservation`]: `try_grow`, `grow`, `shrink`, `free`; releases on drop.
 //! - [`ReleaseSignal`]: how waiters (async or blocking) learn that a pool has room again.
 //!
@@ -61,9 +63,11 @@ mod pool;
 mod release_signal;
 mod reservation;
 pub mod sizing;
+mod spill_peers;
 
 pub use allocation_set::AllocationSet;
 pub use error::MemoryExhausted;
 pub use pool::{BoundedPool, MemoryPool, UnboundedPool};
 pub use release_signal::ReleaseSignal;
 pub use reservation::MemoryReservation;
+pub use spill_peers::{SpillPeer, SpillPeers};

@@ -1,13 +1,14 @@
 //! Memory pools: where reservations take their bytes from.
 //!
 //! # Locking
-//! Pools here are lock-free (one atomic for reserved bytes, one for the peak); the only lock is
-//! the [`ReleaseSignal`]'s epoch, taken on release.
+//! Pools here are lock-free (one atomic for reserved bytes, one for the peak); the only locks are
+//! the [`ReleaseSignal`]'s epoch, taken on release, and the [`SpillPeers`] member list, a leaf
+//! lock taken when a buffer joins or looks for the largest partition across buffers.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::{MemoryExhausted, ReleaseSignal};
+use crate::{MemoryExhausted, ReleaseSignal, SpillPeers};
 
 /// A budget shared by everything that holds Arrow data for one or more shuffles.
 ///
@@ -30,6 +31,12 @@ pub trait MemoryPool: Debug + Send + Sync {
     fn limit(&self) -> Option<usize>;
     /// Fired whenever reserved bytes go down.
     fn release_signal(&self) -> &ReleaseSignal;
+    /// The members that can spill on this pool, if it keeps them: buffers sharing it then spill
+    /// the largest partition across all of them. `None` (the default): each buffer spills only
+    /// its own partitions.
+    fn spill_peers(&self) -> Option<&SpillPeers> {
+        None
+    }
 }
 
 /// Counts reserved bytes and their peak; shared by both pools here.
@@ -38,6 +45,7 @@ struct Counter {
     reserved: AtomicUsize,
     peak: AtomicUsize,
     signal: ReleaseSignal,
+    peers: SpillPeers,
 }
 
 impl Counter {
@@ -125,6 +133,9 @@ impl MemoryPool for BoundedPool {
     fn release_signal(&self) -> &ReleaseSignal {
         &self.counter.signal
     }
+    fn spill_peers(&self) -> Option<&SpillPeers> {
+        Some(&self.counter.peers)
+    }
 }
 
 /// A pool that never refuses but still counts, so metrics and the accounting check work.
@@ -162,6 +173,9 @@ impl MemoryPool for UnboundedPool {
     }
     fn release_signal(&self) -> &ReleaseSignal {
         &self.counter.signal
+    }
+    fn spill_peers(&self) -> Option<&SpillPeers> {
+        Some(&self.counter.peers)
     }
 }
 

@@ -9,8 +9,8 @@ use crate::options::size;
 
 /// A memory budget that several `ShardBuffer`s draw from (pass it as `memory_pool=`).
 ///
-/// Each buffer spills its own largest partitions while the *pool* is above its spill
-/// threshold. `MemoryPool()` has no limit and only counts; `MemoryPool("1GiB")` or
+/// While the *pool* is above its spill threshold, a spill takes the largest partition across
+/// all its buffers (an idle buffer holding more makes room for a busy one). `MemoryPool()` has no limit and only counts; `MemoryPool("1GiB")` or
 /// `MemoryPool(1 << 30)` caps the bytes all its buffers hold together.
 #[pyclass(module = "arrow_shards", name = "MemoryPool", frozen)]
 pub(crate) struct PyMemoryPool {
@@ -39,6 +39,12 @@ impl PyMemoryPool {
     #[getter]
     fn reserved(&self) -> usize {
         self.pool.reserved()
+    }
+
+    /// The most bytes ever reserved in the pool at once.
+    #[getter]
+    fn peak(&self) -> usize {
+        self.pool.peak()
     }
 
     fn __repr__(&self) -> String {

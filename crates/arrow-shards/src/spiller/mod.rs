@@ -16,8 +16,17 @@
 //! clears the error and spilling goes on. A disk that stays full therefore fails writes with
 //! `Error::Spill` and loses nothing; a transient error costs a short wait.
 //!
+//! Buffers sharing a pool spill the largest partition across all of them: each spiller is a
+//! member of the pool's [`SpillPeers`](arrow_shards_memory::SpillPeers) ([`peer`]). A round first
+//! asks the other members for their largest spillable partition and takes its own partitions
+//! only while they are at least as large; when the largest is elsewhere it asks that buffer's
+//! spiller to make the room (with this buffer's need) and ends. A buffer whose spilling is
+//! failing reports nothing to spill, so the others do not wait on it.
+//!
 //! # Locking
-//! The spiller takes the buffer's `State` lock twice per round: to pick victims and mark their
+//! Before taking its own `State` lock, a round asks the other members for their largest
+//! partition, each under that member's `State` lock alone (never two `State` locks at once; the
+//! pool's member list is a leaf lock, not held while members are called). The spiller takes the buffer's `State` lock twice per round: to pick victims and mark their
 //! batches in flight (`State::start_spill`), and to commit or abort (`State::commit_spill`,
 //! `State::abort_spill`). The run is written with no lock held. Segments voided by a racing read
 //! and the round's batch clones are dropped after unlock (dropping a `SegmentRef` may delete a
@@ -38,6 +47,10 @@ use crate::shard::Stored;
 use crate::shared::Shared;
 use crate::spill_side::SpillSide;
 use crate::state::SizedBatches;
+
+mod peer;
+
+use peer::Peer;
 
 /// What the spiller is asked to do.
 pub(crate) enum Job {
@@ -64,6 +77,8 @@ pub(crate) type DirectReply = tokio::sync::oneshot::Receiver<Result<Landed, Writ
 pub(crate) struct Spiller {
     jobs: Sender<Job>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// This buffer's membership of its pool's spill peers; it leaves when the spiller goes.
+    _peer: Arc<Peer>,
 }
 
 impl std::fmt::Debug for Job {
@@ -81,21 +96,21 @@ impl Spiller {
     /// Starts the spiller thread for `shared`.
     pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Self> {
         let (jobs, rx) = crossbeam_channel::unbounded();
+        let peer = Peer::join(&shared, jobs.clone());
+        let thread_peer = Arc::downgrade(&peer);
         let thread = std::thread::Builder::new()
             .name("arrow-shards-spiller".into())
-            .spawn(move || run(&shared, &rx))?;
+            .spawn(move || run(&shared, &thread_peer, &rx))?;
         Ok(Self {
             jobs,
             thread: Mutex::new(Some(thread)),
+            _peer: peer,
         })
     }
 
     /// Asks for a round if none is pending.
     pub(crate) fn wake(&self, side: &SpillSide) {
-        if !side.wake_pending.swap(true, Ordering::AcqRel) {
-            // The receiver lives until `stop`; a send after it fails harmlessly.
-            let _ = self.jobs.send(Job::Wake);
-        }
+        peer::wake(&self.jobs, side);
     }
 
     /// Hands an oversized batch to the spiller; the receiver answers when it is on disk.
@@ -178,7 +193,7 @@ enum Round {
     Failed(SpillError),
 }
 
-fn run(shared: &Shared, jobs: &Receiver<Job>) {
+fn run(shared: &Shared, me: &std::sync::Weak<Peer>, jobs: &Receiver<Job>) {
     let Some(side) = shared.spill.as_ref() else {
         return;
     };
@@ -193,6 +208,7 @@ fn run(shared: &Shared, jobs: &Receiver<Job>) {
                 }
                 match spill_with_retries(
                     shared,
+                    me,
                     side,
                     jobs,
                     if failed { 1 } else { SPILL_ATTEMPTS },
@@ -231,6 +247,7 @@ struct Stop;
 /// a back-off are served; a shutdown ends it.
 fn spill_with_retries(
     shared: &Shared,
+    me: &std::sync::Weak<Peer>,
     side: &SpillSide,
     jobs: &Receiver<Job>,
     attempts: u32,
@@ -239,7 +256,7 @@ fn spill_with_retries(
     let mut failures = 0;
     let mut backoff = FIRST_BACKOFF;
     loop {
-        match round(shared, side, first) {
+        match round(shared, me, side, first) {
             Round::Freed => {
                 first = false;
                 failures = 0;
@@ -289,7 +306,7 @@ fn spill_with_retries(
 /// round after a wake starts only if the pool is still at the threshold or a writer still has
 /// no room (a charge that woke the spiller may be gone, e.g. an oversized batch that has since
 /// reached disk); later rounds continue down to the target.
-fn round(shared: &Shared, side: &SpillSide, first: bool) -> Round {
+fn round(shared: &Shared, me: &std::sync::Weak<Peer>, side: &SpillSide, first: bool) -> Round {
     let limit = shared.pool.limit().unwrap_or(usize::MAX);
     let need = side.waiting_need.load(Ordering::Acquire)
         + if first {
@@ -309,18 +326,28 @@ fn round(shared: &Shared, side: &SpillSide, first: bool) -> Round {
 
     let want = (reserved - goal).min(side.config.max_round_bytes);
 
+    // Asked before taking our own lock: each member's lock is taken alone.
+    let elsewhere = me
+        .upgrade()
+        .and_then(|me| me.largest_other(shared.pool.spill_peers()));
+    let floor = elsewhere.as_ref().map_or(0, |(bytes, _)| *bytes);
     let (ticket, chosen) = {
         let mut state = shared.lock();
         if state.is_closed() {
             return Round::Done;
         }
-        let (ticket, chosen) = state.start_spill(want);
+        let (ticket, chosen) = state.start_spill(want, floor);
         if !chosen.is_empty() {
             state.note_needed(want);
         }
         (ticket, chosen)
     };
     if chosen.is_empty() {
+        if let Some((_, largest)) = elsewhere {
+            // The largest partition is another buffer's: it makes the room (its round sees the
+            // pool-wide reservation, and our writers' need), and our writers wake on its release.
+            largest.request_spill(need);
+        }
         return Round::Done;
     }
     let result = write_run(side, &chosen);

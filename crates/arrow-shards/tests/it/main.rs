@@ -30,6 +30,7 @@ mod load;
 mod pressure;
 mod read_budget;
 mod schema_rule;
+mod shared_pool;
 mod shutdown;
 mod small_shards;
 mod spilling;

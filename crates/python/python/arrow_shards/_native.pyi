@@ -90,6 +90,9 @@ class MemoryPool:
     @property
     def reserved(self) -> int:
         """Bytes reserved in the pool now, by all its buffers."""
+    @property
+    def peak(self) -> int:
+        """The most bytes ever reserved in the pool at once."""
 
 class PartitionBatches:
     """The batches of one partition, one at a time (``read_batches`` wraps it in a

@@ -1,0 +1,61 @@
+"""Activation: the worker plugin, and the preload hooks that add it by configuration alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from ._settings import Settings
+from ._version import check_distributed_version
+from ._worker import activate, deactivate, state_of
+
+PLUGIN_NAME = "arrow-shards-shuffle"
+
+
+class ShufflePlugin(WorkerPlugin):
+    """Makes P2P DataFrame shuffles keep received shards in arrow-shards buffers.
+
+    ``client.register_plugin(ShufflePlugin(memory_limit="50%"))`` turns it on for every worker,
+    present and future; ``client.unregister_worker_plugin(PLUGIN_NAME)`` turns it off. An
+    argument left ``None`` is taken from the worker's ``arrow-shards.*`` dask config.
+    """
+
+    name = PLUGIN_NAME
+
+    def __init__(
+        self,
+        memory_limit: str | int | float | None = None,
+        compression: str | None = None,
+        spill_dir: str | None = None,
+    ) -> None:
+        check_distributed_version()
+        self.memory_limit = memory_limit
+        self.compression = compression
+        self.spill_dir = spill_dir
+
+    def setup(self, worker: Any) -> None:
+        check_distributed_version()
+        settings = Settings.from_config().overridden(
+            memory_limit=self.memory_limit,
+            compression=self.compression,
+            spill_dir=self.spill_dir,
+        )
+        activate(worker, settings)
+
+    def teardown(self, worker: Any) -> None:
+        deactivate(worker)
+
+
+async def dask_setup(worker: Any) -> None:
+    """The preload hook (``dask worker --preload arrow_shards.dask``, or the
+    ``distributed.worker.preload`` config): adds ``ShufflePlugin`` with the config's settings."""
+    from distributed import Worker
+
+    if not isinstance(worker, Worker):
+        raise TypeError(
+            f"arrow_shards.dask is a worker preload, not a {type(worker).__name__} one"
+        )
+    check_distributed_version()
+    if state_of(worker) is None:
+        await worker.plugin_add(ShufflePlugin(), name=PLUGIN_NAME, catch_errors=False)

@@ -1,0 +1,178 @@
+"""The receive side of one P2P run: received shards go into ``ShardBuffer``s on the worker's pool.
+
+A received batch is written with the scatter write (``write_partitioned``: a whole table and
+the output partition of each row), so it is split by output partition inside the buffer, with
+the GIL released, and never re-serialised. Shards whose schemas differ (pandas ``object``
+columns infer their Arrow type per input partition; an all-null column is ``null``) go to one
+buffer per distinct schema; a read takes the partition from every buffer, and Dask's own
+``convert_shards`` concatenates them with permissive type promotion, as it does its disk
+shards. Dictionary columns (pandas categoricals) are unified on read: the buffer concatenates
+small batches (compaction, spilled segments), and concatenated dictionary arrays keep each
+input's dictionary values, duplicates included, which pandas refuses as categories; so each
+chunk's dictionary is made distinct (first appearance kept, indices remapped), then
+``unify_dictionaries`` maps every chunk onto one dictionary.
+
+Locking: ``ReceiveBuffer._lock`` guards the ``_buffers`` dict only; it is not held across a
+buffer's build (which makes a directory), write, read or close.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import DEFAULT_COMPACT_TARGET_BYTES, DEFAULT_SPILL_SEGMENT_BYTES, ShardBuffer
+from ._totals import Totals
+
+
+class ReceiveBuffer:
+    def __init__(
+        self,
+        num_partitions: int,
+        pool: Any,
+        spill_root: str,
+        compression: str,
+        totals: Totals,
+    ) -> None:
+        self._num_partitions = num_partitions
+        self._pool = pool
+        self._spill_root = spill_root
+        self._compression = compression
+        self._totals = totals
+        self._lock = threading.Lock()
+        self._buffers: dict[pa.Schema, ShardBuffer] = {}
+        self._closed = False
+        self.bytes_received = 0
+        self.bytes_read = 0
+
+    def _buffer_for(self, schema: pa.Schema) -> ShardBuffer:
+        key = schema.remove_metadata()
+        with self._lock:
+            found = self._buffers.get(key)
+        if found is not None:
+            return found
+        made = ShardBuffer(
+            schema,
+            self._num_partitions,
+            memory_pool=self._pool,
+            spill_dir=self._spill_root,
+            compression=self._compression,
+            **_sized_for(self._pool.limit, self._num_partitions),
+        )
+        with self._lock:
+            closed = self._closed
+            kept = None if closed else self._buffers.setdefault(key, made)
+        if kept is not made:
+            made.close()  # closed meanwhile, or another thread made one first
+        if kept is None:
+            from .. import ClosedError
+
+            raise ClosedError("the shuffle run's buffer is closed")
+        return kept
+
+    def write(self, table: pa.Table, partition_ids: pa.ChunkedArray | pa.Array) -> None:
+        """Writes every row of ``table`` to the partition its id names (waits for memory)."""
+        if table.num_rows == 0:
+            return
+        self._buffer_for(table.schema).write_partitioned(table, partition_ids)
+        self.bytes_received += table.nbytes
+
+    def finish(self) -> None:
+        """No more writes: every partition may be read now (nothing is flushed)."""
+        for buffer in self._snapshot():
+            buffer.finish()
+
+    def read(self, partition: int) -> list[pa.Table]:
+        """The partition's non-empty tables, one per schema; each partition exactly once."""
+        tables = [buffer.read(partition) for buffer in self._snapshot()]
+        tables = [_unified(t) for t in tables if t.num_rows]
+        self.bytes_read += sum(t.nbytes for t in tables)
+        return tables
+
+    def live_metrics(self) -> list[dict[str, Any]]:
+        """The metrics of its buffers now; none once closed (their final metrics are in the
+        worker's totals then)."""
+        with self._lock:
+            buffers = [] if self._closed else list(self._buffers.values())
+        return [buffer.metrics() for buffer in buffers]
+
+    def close(self) -> None:
+        """Closes every buffer (removing its spill directory) and adds its metrics to the
+        worker's totals; raises the first buffer's error, after closing them all."""
+        with self._lock:
+            self._closed = True
+            buffers = list(self._buffers.values())
+        first: BaseException | None = None
+        for buffer in buffers:
+            try:
+                self._totals.add_closed(buffer.close())
+            except Exception as e:  # the others are closed all the same
+                first = first or e
+        if first is not None:
+            raise first
+
+    def heartbeat(self) -> dict[str, Any]:
+        """The figures Dask's own receive buffers report (``ShardsBuffer.heartbeat``), plus the
+        arrow-shards ones, so the scheduler and dashboard see them the same way."""
+        live = self.live_metrics()
+        memory = sum(m["reserved"] for m in live)
+        spilled = sum(m["bytes_spilled"] for m in live)
+        return {
+            "memory": memory,
+            "total": self.bytes_received,
+            "buckets": self._num_partitions,
+            "written": spilled,
+            "read": self.bytes_read,
+            "avg_size": 0.0,
+            "avg_duration": 0.0,
+            "memory_limit": self._pool.limit or 0,
+            "bytes_spilled": spilled,
+            "bytes_on_disk": sum(m["bytes_on_disk"] for m in live),
+        }
+
+    def _snapshot(self) -> list[ShardBuffer]:
+        with self._lock:
+            return list(self._buffers.values())
+
+
+def _sized_for(budget: int | None, num_partitions: int) -> dict[str, Any]:
+    """Buffer settings that fit the budget (the defaults suit budgets of GiBs):
+    - compaction: every partition's open batch may be charged up to its target at once, so the
+      targets together stay within a quarter of the budget; below 64 KiB an open batch is not
+      worth it and compaction is off;
+    - spilled segments: a read decodes one at a time, charged even past the limit, so a segment
+      is at most a sixteenth of the budget (at least 64 KiB)."""
+    if budget is None:
+        return {}
+    settings: dict[str, Any] = {}
+    per_partition = budget // (4 * max(num_partitions, 1))
+    if per_partition < 64 << 10:
+        settings["compact_target_rows"] = 0
+    elif per_partition < DEFAULT_COMPACT_TARGET_BYTES:
+        settings["compact_target_bytes"] = per_partition
+    if budget // 16 < DEFAULT_SPILL_SEGMENT_BYTES:
+        settings["spill_segment_bytes"] = max(budget // 16, 64 << 10)
+    return settings
+
+
+def _unified(table: pa.Table) -> pa.Table:
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            chunks = [_distinct_dictionary(c) for c in table.column(i).chunks]
+            table = table.set_column(i, field, pa.chunked_array(chunks, type=field.type))
+    return table.unify_dictionaries() if table.num_columns else table
+
+
+def _distinct_dictionary(chunk: pa.DictionaryArray) -> pa.DictionaryArray:
+    """``chunk`` with a dictionary of distinct values (the first of each kept)."""
+    dictionary = chunk.dictionary
+    if len(pc.unique(dictionary)) == len(dictionary):
+        return chunk
+    encoded = pc.dictionary_encode(dictionary)
+    indices = pc.take(encoded.indices, chunk.indices).cast(chunk.type.index_type)
+    return pa.DictionaryArray.from_arrays(
+        indices, encoded.dictionary, ordered=chunk.type.ordered
+    )

@@ -1,0 +1,73 @@
+"""The plugin's settings: arguments of ``ShufflePlugin``, else the ``arrow-shards.*`` dask config.
+
+``memory-limit`` is the budget all shuffle runs on a worker share: a percentage (``"50%"``) or
+a fraction (``0.5``) of the worker's memory limit, or a size (``"2GiB"``, an ``int`` of bytes).
+``compression`` is of spilled data (``"none"``, ``"lz4"``, ``"zstd"``, ``"zstd:LEVEL"``).
+``spill-dir`` is where each run's private spill directory is made; ``None``: the worker's
+``local_directory``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import dask.config
+
+#: The defaults of the ``arrow-shards`` config section.
+DEFAULTS: dict[str, Any] = {
+    "memory-limit": "50%",
+    "compression": "none",
+    "spill-dir": None,
+}
+
+dask.config.update_defaults({"arrow-shards": DEFAULTS})
+
+
+@dataclass(frozen=True)
+class Settings:
+    memory_limit: str | int | float
+    compression: str
+    spill_dir: str | None
+
+    @classmethod
+    def from_config(cls) -> Settings:
+        """The ``arrow-shards.*`` config of this process (``DASK_ARROW_SHARDS__...`` too)."""
+        get = dask.config.get
+        return cls(
+            memory_limit=get("arrow-shards.memory-limit"),
+            compression=get("arrow-shards.compression"),
+            spill_dir=get("arrow-shards.spill-dir"),
+        )
+
+    def overridden(self, **given: Any) -> Settings:
+        """These settings with the arguments that are not ``None``."""
+        return replace(self, **{k: v for k, v in given.items() if v is not None})
+
+    def budget(self, worker_memory_limit: int | None) -> int | str:
+        """The worker's shuffle budget: bytes, or a size string the pool parses."""
+        limit = self.memory_limit
+        fraction: float | None = None
+        if isinstance(limit, str) and limit.strip().endswith("%"):
+            fraction = _number(limit.strip()[:-1], limit) / 100
+        elif isinstance(limit, float):
+            fraction = limit
+        if fraction is None:
+            if isinstance(limit, bool) or not isinstance(limit, (int, str)):
+                raise TypeError(f"arrow-shards memory-limit {limit!r}: expected a size or a fraction")
+            return limit
+        if not 0 < fraction <= 1:
+            raise ValueError(f"arrow-shards memory-limit {limit!r}: a fraction must be in (0, 1]")
+        if not worker_memory_limit:
+            raise ValueError(
+                f"arrow-shards memory-limit {limit!r} is a share of the worker's memory limit, "
+                "but this worker has none: give the budget as a size (e.g. '2GiB')"
+            )
+        return int(worker_memory_limit * fraction)
+
+
+def _number(text: str, whole: Any) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"arrow-shards memory-limit {whole!r}: not a percentage") from None

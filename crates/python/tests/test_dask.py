@@ -1,0 +1,164 @@
+"""``arrow_shards.dask`` on an in-process cluster: results equal to Dask's own P2P, spilling
+under a tiny budget, one budget for concurrent shuffles, activation and deactivation."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+dask = pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+
+import dask.dataframe as dd  # noqa: E402
+import pandas as pd  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+
+import arrow_shards.dask as asd  # noqa: E402
+from dask_helpers import (  # noqa: E402
+    ddf_with_empty_partitions,
+    frame,
+    local_directories,
+    no_active_runs,
+    sorted_rows,
+    spill_dirs_under,
+    wait_for,
+)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        dask.config.set({"distributed.scheduler.worker-ttl": None}),
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            memory_limit="2GiB",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+def plugin(client):
+    """Registers the plugin with the test's settings (``plugin(**settings)``); unregisters it
+    afterwards."""
+    registered = []
+
+    def register(**settings):
+        client.register_plugin(asd.ShufflePlugin(**settings))
+        registered.append(True)
+
+    yield register
+    if registered:
+        with contextlib.suppress(ValueError):  # the test may have unregistered it itself
+            client.unregister_worker_plugin(asd.PLUGIN_NAME)
+
+
+def runs(client) -> dict[str, int]:
+    return {w: m["runs"] for w, m in client.run(asd.metrics).items()}
+
+
+OPERATIONS = {
+    "shuffle": (
+        lambda d: d.shuffle(on="k", shuffle_method="p2p", npartitions=7),
+        ["id"],
+    ),
+    "merge": (
+        lambda d: dd.merge(
+            d, d[["id", "k", "s_arrow"]].rename(columns={"id": "id2"}), on="k",
+            shuffle_method="p2p",
+        ),
+        ["id", "id2"],
+    ),
+    "set_index": (lambda d: d.set_index("id", shuffle_method="p2p"), ["id"]),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_results_equal_dasks_own_p2p(client, plugin, operation):
+    build, key = OPERATIONS[operation]
+    ddf = ddf_with_empty_partitions(frame())
+    expected = build(ddf).compute()
+    plugin(memory_limit="64MiB")
+    got = build(ddf).compute()
+    assert all(n >= 1 for n in runs(client).values()), "arrow-shards was used on every worker"
+    if operation == "set_index":
+        expected, got = expected.reset_index(), got.reset_index()
+    pd.testing.assert_frame_equal(sorted_rows(got, key), sorted_rows(expected, key))
+    assert list(got.dtypes) == list(expected.dtypes)
+
+
+def test_every_worker_spills_under_a_tiny_budget_and_cleans_up(client, plugin):
+    df = frame(rows=40_000)
+    ddf = dd.from_pandas(df, npartitions=8)
+    expected = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=16).compute()
+    plugin(memory_limit="256KiB", compression="lz4")
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=16).compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(expected, ["id"]))
+    metrics = client.run(asd.metrics)
+    for worker, m in metrics.items():
+        assert m["bytes_spilled"] > 0, worker
+        assert m["rows_read"] == m["rows_written"] > 0, worker
+    assert sum(m["rows_read"] for m in metrics.values()) == len(df)
+    wait_for(lambda: no_active_runs(client), "the runs to close")
+    for worker, directory in local_directories(client).items():
+        assert spill_dirs_under(directory) == [], worker
+    assert all(m["reserved"] == 0 for m in client.run(asd.metrics).values())
+
+
+def test_two_shuffles_at_once_share_one_budget(client, plugin):
+    # received shards of about 100 KiB: each fits the budget (one that did not would go straight
+    # to disk, charged while on its way: past the limit, honestly)
+    budget = 2 << 20
+    plugin(memory_limit=budget)
+    df = frame(rows=30_000)
+    a = dd.from_pandas(df, npartitions=12).shuffle(on="k", shuffle_method="p2p", npartitions=9)
+    b = dd.from_pandas(df, npartitions=10).shuffle(on="id", shuffle_method="p2p", npartitions=4)
+    got_a, got_b = dask.compute(a, b)
+    expected = dd.from_pandas(df, npartitions=1).compute()
+    for got in (got_a, got_b):
+        pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(expected, ["id"]))
+    for worker, m in client.run(asd.metrics).items():
+        assert m["runs"] == 2, worker
+        assert m["memory_limit"] == budget
+        assert 0 < m["peak_reserved"] <= budget, worker
+        assert m["bytes_spilled"] > 0, worker  # the budget was binding
+
+
+def test_unregistering_restores_dasks_own_buffers(client, plugin):
+    from distributed.shuffle._shuffle import DataFrameShuffleSpec
+
+    def hook():
+        return DataFrameShuffleSpec.create_run_on_worker.__qualname__
+
+    assert hook() == "DataFrameShuffleSpec.create_run_on_worker"
+    ddf = dd.from_pandas(frame(), npartitions=4)
+    plugin()
+    assert hook() == "_create_run_on_worker"
+    ddf.shuffle(on="k", shuffle_method="p2p").compute()
+    assert all(n == 1 for n in runs(client).values())
+    client.unregister_worker_plugin(asd.PLUGIN_NAME)
+    with pytest.raises(RuntimeError, match="not active"):
+        client.run(asd.metrics)
+    assert hook() == "DataFrameShuffleSpec.create_run_on_worker", "Dask's own runs again"
+    got = ddf.shuffle(on="k", shuffle_method="p2p").compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+
+
+def test_a_buffer_error_fails_the_run_with_a_clear_message(client, plugin, tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    plugin(spill_dir=str(not_a_dir))
+    ddf = dd.from_pandas(frame(), npartitions=4)
+    with pytest.raises(RuntimeError, match="P2P .* failed") as info:
+        ddf.shuffle(on="k", shuffle_method="p2p").compute()
+    chain = []
+    error = info.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__
+    assert any("spill" in text.lower() for text in chain), chain
