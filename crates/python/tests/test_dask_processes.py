@@ -43,7 +43,7 @@ def client(tmp_path_factory):
             threads_per_worker=1,
             processes=True,
             memory_limit="2GiB",
-            dashboard_address=None,
+            dashboard_address=":0",
         ) as cluster,
         Client(cluster) as client,
     ):

@@ -12,8 +12,11 @@ input's dictionary values, duplicates included, which pandas refuses as categori
 chunk's dictionary is made distinct (first appearance kept, indices remapped), then
 ``unify_dictionaries`` maps every chunk onto one dictionary.
 
-Locking: ``ReceiveBuffer._lock`` guards the ``_buffers`` dict only; it is not held across a
-buffer's build (which makes a directory), write, read or close.
+Locking: ``ReceiveBuffer._lock`` guards the ``_buffers`` dict; it is not held across a
+buffer's build (which makes a directory), write, read or close. It is held across
+``ShardBuffer.metrics()`` (a short Rust call, no I/O) and while a closed buffer's final metrics
+go into the worker's totals and the buffer leaves ``_buffers``, so that a buffer is counted
+once, live or closed (lock order: ``ReceiveBuffer._lock``, then ``Totals._lock``).
 """
 
 from __future__ import annotations
@@ -93,24 +96,26 @@ class ReceiveBuffer:
         return tables
 
     def live_metrics(self) -> list[dict[str, Any]]:
-        """The metrics of its buffers now; none once closed (their final metrics are in the
-        worker's totals then)."""
+        """The metrics of its buffers not closed yet (a closed one's are in the totals)."""
         with self._lock:
-            buffers = [] if self._closed else list(self._buffers.values())
-        return [buffer.metrics() for buffer in buffers]
+            return [buffer.metrics() for buffer in self._buffers.values()]
 
     def close(self) -> None:
         """Closes every buffer (removing its spill directory) and adds its metrics to the
         worker's totals; raises the first buffer's error, after closing them all."""
         with self._lock:
             self._closed = True
-            buffers = list(self._buffers.values())
+            buffers = list(self._buffers.items())
         first: BaseException | None = None
-        for buffer in buffers:
+        for key, buffer in buffers:
             try:
-                self._totals.add_closed(buffer.close())
+                final = buffer.close()
             except Exception as e:  # the others are closed all the same
                 first = first or e
+                final = buffer.metrics()
+            with self._lock:
+                self._totals.add_closed(final)
+                del self._buffers[key]
         if first is not None:
             raise first
 

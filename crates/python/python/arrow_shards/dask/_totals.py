@@ -11,6 +11,12 @@ from typing import Any
 
 #: Rust ``Metrics`` fields that are gauges of one buffer now (summed over live buffers only).
 GAUGES = frozenset({"reserved", "bytes_on_disk"})
+#: The Rust ``Metrics`` counters, summed over runs (0 before any run).
+COUNTERS = (
+    "batches_written", "rows_written", "bytes_written", "batches_read", "rows_read",
+    "partitions_read", "write_wait", "bytes_spilled", "bytes_needed_to_target",
+    "bytes_written_to_disk", "spill_runs", "spill_files", "spill_time", "spill_read_time",
+)
 #: Fields about the pool, not one buffer: taken from the worker's pool.
 POOL_FIELDS = frozenset({"peak_reserved", "pool_reserved", "memory_limit"})
 
@@ -36,7 +42,8 @@ class Totals:
     def snapshot(self, live: list[dict[str, Any]], pool: Any) -> dict[str, Any]:
         """The totals plus the ``live`` buffers' metrics now, with the pool's figures."""
         with self._lock:
-            out: dict[str, Any] = dict(self._sums)
+            out: dict[str, Any] = {name: 0 for name in COUNTERS}
+            out.update(self._sums)
             runs, error = self._runs, self._last_error
         for gauge in GAUGES:
             out[gauge] = 0
