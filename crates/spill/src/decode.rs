@@ -425,7 +425,6 @@ fn decode_messages<S: Source + ?Sized>(
 
 /// The checks arrow-ipc 59 lacks (`ipc_checks.rs`), on a message's metadata (its 8-byte
 /// prefix first) and body.
-/// Before the stream's schema is known, the message is the schema itself.
 fn check_before_decoding(meta: &[u8], body: &[u8], schema: Option<&Schema>) -> Result<(), Fault> {
     let Some(flatbuffer) = meta.get(8..).filter(|f| !f.is_empty()) else {
         return Ok(()); // the end-of-stream marker
@@ -434,11 +433,12 @@ fn check_before_decoding(meta: &[u8], body: &[u8], schema: Option<&Schema>) -> R
     let Ok(message) = arrow_ipc::root_as_message(flatbuffer) else {
         return Ok(());
     };
+    // a schema message may come again later in the stream: checked wherever it stands
+    check_schema_message(message).map_err(corrupt)?;
     match schema {
-        Some(schema) => check_message(message, body, schema),
-        None => check_schema_message(message),
+        Some(schema) => check_message(message, body, schema).map_err(corrupt),
+        None => Ok(()),
     }
-    .map_err(corrupt)
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //!   a struct's);
 //! - a union's type ids: in the schema message, declared ids that are negative, repeated or
 //!   not one per child (59: an `expect` converting the schema); in a batch, shorter than the
-//!   array or naming a type the union does not declare (59: a slice past the end).
+//!   array or naming a type the union does not declare (59: a slice past the end);
+//! - in the schema message, a type or union mode the format does not define (59:
+//!   `unimplemented!` and `panic!` converting the schema).
 //!
 //! The walk visits the message's field nodes and buffers in arrow-ipc's own order (depth
 //! first; per type the buffers its reader takes). Buffers are known to lie inside the body
@@ -34,6 +36,21 @@ pub(crate) fn check_schema_message(message: arrow_ipc::Message<'_>) -> Check {
             .children()
             .map(|c| c.iter().collect())
             .unwrap_or_default();
+        let type_type = field.type_type();
+        if type_type == arrow_ipc::Type::NONE || !arrow_ipc::Type::ENUM_VALUES.contains(&type_type)
+        {
+            // 59: `unimplemented!` converting the schema
+            return Err(format!("ipc schema declares an unknown type {type_type:?}"));
+        }
+        if let Some(union) = field.type_as_union() {
+            let mode = union.mode();
+            if mode != arrow_ipc::UnionMode::Sparse && mode != arrow_ipc::UnionMode::Dense {
+                // 59: `panic!` converting the schema
+                return Err(format!(
+                    "ipc schema declares an unknown union mode {mode:?}"
+                ));
+            }
+        }
         if let Some(ids) = field.type_as_union().and_then(|union| union.typeIds()) {
             // what arrow-ipc does with them (`as i8` included), without its `expect`
             let placeholders =
