@@ -34,6 +34,22 @@ impl<'a> NeedGuard<'a> {
         side.waiting_need.fetch_add(bytes, Ordering::AcqRel);
         Self { side, bytes }
     }
+
+    /// Counts `bytes` instead of the need counted so far: a write refused again may need more
+    /// (or less) than at its first refusal, and a round that frees room for a stale, smaller need
+    /// leaves the writer waiting for a release that never comes.
+    pub(crate) fn set(&mut self, bytes: usize) {
+        if bytes > self.bytes {
+            self.side
+                .waiting_need
+                .fetch_add(bytes - self.bytes, Ordering::AcqRel);
+        } else {
+            self.side
+                .waiting_need
+                .fetch_sub(self.bytes - bytes, Ordering::AcqRel);
+        }
+        self.bytes = bytes;
+    }
 }
 
 impl Drop for NeedGuard<'_> {

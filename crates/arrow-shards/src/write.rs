@@ -328,7 +328,10 @@ impl ShardBuffer {
                 if let Some(failed) = self.shared.lock().spill_error() {
                     return Err(Error::Spill(failed));
                 }
-                need.get_or_insert_with(|| NeedGuard::new(side, needed));
+                match need {
+                    Some(guard) => guard.set(needed),
+                    None => *need = Some(NeedGuard::new(side, needed)),
+                }
                 spiller.wake(side);
                 Ok(())
             }

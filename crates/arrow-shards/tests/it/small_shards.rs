@@ -10,7 +10,7 @@
 //!   after the spill round its refusal asked for.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
@@ -388,4 +388,63 @@ fn a_scatter_write_without_compaction_charges_its_reordered_batch_once() {
         .sum();
     assert_eq!(rows, 10_000);
     buffer.close().unwrap();
+}
+
+#[test]
+fn scatter_writes_into_a_tiny_budget_never_wait_for_a_release_that_does_not_come() {
+    // What the Dask receive side does with a small worker budget: whole batches of mixed sizes
+    // scattered over 16 partitions into a 256 KiB pool with the default compaction. A write
+    // whose need grew after its first refusal must not wait for a round that frees room only
+    // for the old need (it used to, until the 60 s timeout). The timeout turns a hang into a
+    // failure naming the write; it is not a timing assertion.
+    use arrow_array::StringArray;
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("k", arrow_schema::DataType::Int64, false),
+        arrow_schema::Field::new("s", arrow_schema::DataType::Utf8, false),
+    ]));
+    let buffer = ShardBuffer::builder(schema.clone(), 16)
+        .with_memory_limit(256 << 10)
+        .with_spill_dir(dir.path())
+        .with_write_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut written = 0i64;
+    for i in 0..300 {
+        let rows = [10, 100, 1000, 3000][i % 4] + rng.random_range(0..50);
+        let k: Vec<i64> = (written..written + rows as i64).collect();
+        let s: Vec<String> = k.iter().map(|k| format!("value {k}")).collect();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(k.clone())),
+                Arc::new(StringArray::from(s)),
+            ],
+        )
+        .unwrap();
+        let ids: Vec<u32> = k.iter().map(|k| (k.rem_euclid(16)) as u32).collect();
+        buffer
+            .write_partitioned_blocking(batch, &ids)
+            .unwrap_or_else(|e| panic!("write {i} of {rows} rows: {e}"));
+        written += rows as i64;
+    }
+    buffer.finish().unwrap();
+    let mut all = Vec::new();
+    for p in 0..16 {
+        let part = keys(buffer.read(p).unwrap().map(|b| b.unwrap()));
+        assert!(part.iter().all(|k| k.rem_euclid(16) == i64::from(p)));
+        assert!(
+            part.windows(2).all(|w| w[0] < w[1]),
+            "order within partition {p}"
+        );
+        all.extend(part);
+    }
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..written).collect::<Vec<_>>(),
+        "every row exactly once"
+    );
+    assert!(buffer.close().unwrap().bytes_spilled > 0);
 }
