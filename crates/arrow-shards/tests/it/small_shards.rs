@@ -448,3 +448,78 @@ fn scatter_writes_into_a_tiny_budget_never_wait_for_a_release_that_does_not_come
     );
     assert!(buffer.close().unwrap().bytes_spilled > 0);
 }
+
+#[test]
+fn two_buffers_on_one_tiny_pool_scatter_and_read_back_every_row() {
+    // The Dask plugin's shape: one pool per worker, a buffer per shuffle run, both scattering.
+    use arrow_array::StringArray;
+    use arrow_shards::{BoundedPool, MemoryPool};
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("k", arrow_schema::DataType::Int64, false),
+        arrow_schema::Field::new("s", arrow_schema::DataType::Utf8, false),
+    ]));
+    let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(256 << 10));
+    let buffers: Vec<ShardBuffer> = (0..2)
+        .map(|_| {
+            ShardBuffer::builder(schema.clone(), 16)
+                .with_memory_pool(pool.clone())
+                .with_spill_dir(dir.path())
+                .with_write_timeout(Duration::from_secs(20))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let written: Vec<i64> = std::thread::scope(|s| {
+        let writers: Vec<_> = buffers
+            .iter()
+            .enumerate()
+            .map(|(b, buffer)| {
+                let schema = schema.clone();
+                s.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(b as u64);
+                    let mut written = 0i64;
+                    for i in 0..300 {
+                        let rows = [10, 100, 1000, 3000][i % 4] + rng.random_range(0..50);
+                        let k: Vec<i64> = (written..written + rows as i64).collect();
+                        let s: Vec<String> = k.iter().map(|k| format!("value {k}")).collect();
+                        let batch = RecordBatch::try_new(
+                            schema.clone(),
+                            vec![
+                                Arc::new(Int64Array::from(k.clone())),
+                                Arc::new(StringArray::from(s)),
+                            ],
+                        )
+                        .unwrap();
+                        let ids: Vec<u32> = k.iter().map(|k| (k.rem_euclid(16)) as u32).collect();
+                        buffer
+                            .write_partitioned_blocking(batch, &ids)
+                            .unwrap_or_else(|e| {
+                                panic!(
+                                    "buffer {b} write {i} of {rows} rows: {e} reserved {}",
+                                    buffer.memory_pool().reserved()
+                                )
+                            });
+                        written += rows as i64;
+                    }
+                    written
+                })
+            })
+            .collect();
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    for (buffer, written) in buffers.iter().zip(written) {
+        buffer.finish().unwrap();
+        let mut all: Vec<i64> = (0..16)
+            .flat_map(|p| keys(buffer.read(p).unwrap().map(|b| b.unwrap())))
+            .collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            (0..written).collect::<Vec<_>>(),
+            "every row exactly once"
+        );
+        buffer.close().unwrap();
+    }
+    assert_eq!(pool.reserved(), 0);
+}
