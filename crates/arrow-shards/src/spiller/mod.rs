@@ -317,14 +317,20 @@ fn round(shared: &Shared, me: &std::sync::Weak<Peer>, side: &SpillSide, first: b
 
     let goal = side.config.target_bytes.min(limit.saturating_sub(need));
     let reserved = shared.pool.reserved();
-    // A writer's `need` may be stale (it may have fit since, e.g. once an oversized batch's
-    // direct write released its charge): room for it now means nothing to spill. Otherwise
-    // freeing `reserved - goal` leaves room for the need, since `goal <= limit - need`.
-    if reserved <= goal || (first && need == 0 && reserved < side.config.threshold_bytes) {
+    if first && need == 0 && reserved < side.config.threshold_bytes {
         return Round::Done;
     }
-
-    let want = (reserved - goal).min(side.config.max_round_bytes);
+    // Freeing `reserved - goal` leaves room for the need, since `goal <= limit - need`. When the
+    // pool's figures say the need fits already but a writer still waits, either its need is
+    // stale (it fits now and will stop waiting) or the limit that binds is not the one the pool
+    // reports: a pool shared with other consumers (DataFusion's fair share, say) refuses before
+    // its own limit. Nothing else would wake that writer, so free its need from this buffer.
+    let want = match reserved.checked_sub(goal).filter(|&over| over > 0) {
+        Some(over) => over,
+        None if need > 0 => need,
+        None => return Round::Done,
+    }
+    .min(side.config.max_round_bytes);
 
     // Asked before taking our own lock: each member's lock is taken alone.
     let elsewhere = me
