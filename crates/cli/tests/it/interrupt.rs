@@ -8,8 +8,13 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
 
 use crate::util::{lineitem, listing, shuffle};
+
+/// How long a child may take to reach its pause point before it is taken to hang.
+const HANG_GUARD: Duration = Duration::from_secs(300);
 
 /// Every file under `dir` (recursively), by path relative to it, with its bytes.
 fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -54,17 +59,37 @@ fn interrupt_at(
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    // A guard against a hang, not a timing assertion: a child that neither pauses nor ends
+    // within HANG_GUARD is killed, so the test fails with its stderr instead of never ending.
+    let (paused, guard) = std::sync::mpsc::channel::<()>();
+    let pid = child.id().to_string();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(RecvTimeoutError::Timeout) = guard.recv_timeout(HANG_GUARD) {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
+    });
     let marker = format!("arrow-shards: paused at {point}");
     let mut seen = String::new();
-    loop {
+    let reached = loop {
         let mut line = String::new();
-        let n = stderr.read_line(&mut line).unwrap();
-        assert!(n > 0, "the child ended without pausing at {point}: {seen}");
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            break false;
+        }
         seen.push_str(&line);
         if line.trim_end() == marker {
-            break;
+            break true;
         }
+    };
+    drop(paused);
+    watchdog.join().unwrap();
+    if !reached {
+        let _ = child.wait();
     }
+    assert!(
+        reached,
+        "the child ended (or hung and was killed after {HANG_GUARD:?}) without pausing at \
+         {point}: {seen}"
+    );
     ready();
     let killed = Command::new("kill")
         .arg(format!("-{signal}"))
