@@ -94,6 +94,30 @@ impl Counter {
     }
 }
 
+/// The [`MemoryPool`] methods both pools answer from their [`Counter`] alone (a `counter` field).
+macro_rules! counted_methods {
+    () => {
+        fn grow(&self, bytes: usize) {
+            self.counter.grow(bytes)
+        }
+        fn shrink(&self, bytes: usize) {
+            self.counter.shrink(bytes)
+        }
+        fn reserved(&self) -> usize {
+            self.counter.reserved.load(Ordering::Acquire)
+        }
+        fn peak(&self) -> usize {
+            self.counter.peak.load(Ordering::Acquire)
+        }
+        fn release_signal(&self) -> &ReleaseSignal {
+            &self.counter.signal
+        }
+        fn spill_peers(&self) -> Option<&SpillPeers> {
+            Some(&self.counter.peers)
+        }
+    };
+}
+
 /// A pool that refuses reservations past a fixed limit.
 #[derive(Debug)]
 pub struct BoundedPool {
@@ -115,26 +139,9 @@ impl MemoryPool for BoundedPool {
     fn try_grow(&self, bytes: usize) -> Result<(), MemoryExhausted> {
         self.counter.try_grow(bytes, self.limit)
     }
-    fn grow(&self, bytes: usize) {
-        self.counter.grow(bytes)
-    }
-    fn shrink(&self, bytes: usize) {
-        self.counter.shrink(bytes)
-    }
-    fn reserved(&self) -> usize {
-        self.counter.reserved.load(Ordering::Acquire)
-    }
-    fn peak(&self) -> usize {
-        self.counter.peak.load(Ordering::Acquire)
-    }
+    counted_methods!();
     fn limit(&self) -> Option<usize> {
         Some(self.limit)
-    }
-    fn release_signal(&self) -> &ReleaseSignal {
-        &self.counter.signal
-    }
-    fn spill_peers(&self) -> Option<&SpillPeers> {
-        Some(&self.counter.peers)
     }
 }
 
@@ -156,26 +163,9 @@ impl MemoryPool for UnboundedPool {
         self.counter.grow(bytes);
         Ok(())
     }
-    fn grow(&self, bytes: usize) {
-        self.counter.grow(bytes)
-    }
-    fn shrink(&self, bytes: usize) {
-        self.counter.shrink(bytes)
-    }
-    fn reserved(&self) -> usize {
-        self.counter.reserved.load(Ordering::Acquire)
-    }
-    fn peak(&self) -> usize {
-        self.counter.peak.load(Ordering::Acquire)
-    }
+    counted_methods!();
     fn limit(&self) -> Option<usize> {
         None
-    }
-    fn release_signal(&self) -> &ReleaseSignal {
-        &self.counter.signal
-    }
-    fn spill_peers(&self) -> Option<&SpillPeers> {
-        Some(&self.counter.peers)
     }
 }
 
