@@ -10,19 +10,6 @@
 //! is run 3 times; the table shows the median seconds and, beside it, the ratio to the cheapest
 //! setting measured in the same run.
 
-// Built with `--no-default-features --features arrow_59`, the arrow 59 crates go by the
-// usual names (as in the library's lib.rs; docs/arrow-versions.md).
-#[cfg(feature = "arrow_59")]
-extern crate arrow_array_59 as arrow_array;
-#[cfg(feature = "arrow_59")]
-extern crate arrow_buffer_59 as arrow_buffer;
-#[cfg(feature = "arrow_59")]
-extern crate arrow_data_59 as arrow_data;
-#[cfg(feature = "arrow_59")]
-extern crate arrow_schema_59 as arrow_schema;
-#[cfg(feature = "arrow_59")]
-extern crate arrow_select_59 as arrow_select;
-
 use std::sync::Arc;
 use std::time::Instant;
 

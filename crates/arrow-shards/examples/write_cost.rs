@@ -8,19 +8,6 @@
 //! ```
 //! The difference of the two totals divided by 100,000 is the instructions per write.
 
-// Built with `--no-default-features --features arrow_59`, the arrow 59 crates go by the
-// usual names (as in the library's lib.rs; docs/arrow-versions.md).
-#[cfg(feature = "arrow_59")]
-extern crate arrow_array_59 as arrow_array;
-#[cfg(feature = "arrow_59")]
-extern crate arrow_buffer_59 as arrow_buffer;
-#[cfg(feature = "arrow_59")]
-extern crate arrow_data_59 as arrow_data;
-#[cfg(feature = "arrow_59")]
-extern crate arrow_schema_59 as arrow_schema;
-#[cfg(feature = "arrow_59")]
-extern crate arrow_select_59 as arrow_select;
-
 use std::sync::Arc;
 use std::time::Instant;
 
