@@ -103,8 +103,10 @@ fn run(case: &Case) {
                         {
                             let mut l = largest.lock().unwrap();
                             *l = (*l).max(batch_memory_size(&b));
+                            // what the buffer charges for it: its memory plus the fixed
+                            // overhead of a stored batch (docs/memory-accounting.md)
                             offered.fetch_add(
-                                batch_memory_size(&b),
+                                arrow_shards::batch_cost(&b),
                                 std::sync::atomic::Ordering::Relaxed,
                             );
                         }
