@@ -13,9 +13,12 @@ use datafusion::physical_plan::{ExecutionPlan, collect};
 
 use common::{QUERIES, Setup, files, run};
 
-/// The session limit of the spilling query: lineitem alone holds ~20 MiB in memory (at 16 and
-/// 24 MiB nothing spills).
-const LIMIT: usize = 12 << 20;
+/// The session limit of the spilling query: lineitem alone holds ~20 MiB in memory. At 12 MiB
+/// the exchange spilled in some runs only (whether its fair share runs out depends on how the
+/// tasks interleave); at 10 MiB it spilled in 7 of 7; at 8 MiB DataFusion's own final
+/// aggregation is refused (`ResourcesExhausted`: the exchange holds most of the pool, and
+/// DataFusion does not ask spillable consumers to spill for others).
+const LIMIT: usize = 10 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_queries_give_the_same_rows_with_the_rule_on_and_off() {
@@ -54,7 +57,7 @@ fn exchanges(plan: &Arc<dyn ExecutionPlan>, found: &mut Vec<Arc<dyn ExecutionPla
     }
 }
 
-/// Query 18 under a 12 MiB `FairSpillPool`: the exchange's fair share is far below the session
+/// Query 18 under a 10 MiB `FairSpillPool`: the exchange's fair share is far below the session
 /// limit the pool reports, so its writers are refused while the buffer's own figures say there is
 /// room. The spiller frees a waiting writer's need in that case (it used to leave the writer
 /// waiting out its 60 s timeout, and the query failed with `ResourcesExhausted`).
