@@ -390,45 +390,41 @@ fn a_scatter_write_without_compaction_charges_its_reordered_batch_once() {
     buffer.close().unwrap();
 }
 
-#[test]
-fn scatter_writes_into_a_tiny_budget_never_wait_for_a_release_that_does_not_come() {
-    // What the Dask receive side does with a small worker budget: whole batches of mixed sizes
-    // scattered over 16 partitions into a 256 KiB pool with the default compaction. A write
-    // whose need grew after its first refusal must not wait for a round that frees room only
-    // for the old need (it used to, until the 60 s timeout). The timeout turns a hang into a
-    // failure naming the write; it is not a timing assertion.
-    use arrow_array::StringArray;
-    let dir = tempfile::tempdir().unwrap();
-    let schema = Arc::new(arrow_schema::Schema::new(vec![
+/// `k: Int64, s: Utf8`, the Dask-like shards of the two tiny-budget scatter tests.
+fn keyed_schema() -> SchemaRef {
+    Arc::new(arrow_schema::Schema::new(vec![
         arrow_schema::Field::new("k", arrow_schema::DataType::Int64, false),
         arrow_schema::Field::new("s", arrow_schema::DataType::Utf8, false),
-    ]));
-    let buffer = ShardBuffer::builder(schema.clone(), 16)
-        .with_memory_limit(256 << 10)
-        .with_spill_dir(dir.path())
-        .with_write_timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let mut rng = StdRng::seed_from_u64(7);
+    ]))
+}
+
+/// 300 scatter writes of mixed sizes (10 to 3,050 rows) with keys `0..n` over 16 partitions by
+/// `k % 16`; returns `n`.
+fn scatter_mixed_sizes(buffer: &ShardBuffer, seed: u64) -> i64 {
+    let schema = buffer.schema().clone();
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut written = 0i64;
     for i in 0..300 {
         let rows = [10, 100, 1000, 3000][i % 4] + rng.random_range(0..50);
         let k: Vec<i64> = (written..written + rows as i64).collect();
         let s: Vec<String> = k.iter().map(|k| format!("value {k}")).collect();
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(Int64Array::from(k.clone())),
-                Arc::new(StringArray::from(s)),
-            ],
-        )
-        .unwrap();
-        let ids: Vec<u32> = k.iter().map(|k| (k.rem_euclid(16)) as u32).collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(k.clone())),
+            Arc::new(arrow_array::StringArray::from(s)),
+        ];
+        let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        let ids: Vec<u32> = k.iter().map(|k| k.rem_euclid(16) as u32).collect();
         buffer
             .write_partitioned_blocking(batch, &ids)
             .unwrap_or_else(|e| panic!("write {i} of {rows} rows: {e}"));
         written += rows as i64;
     }
+    written
+}
+
+/// Finishes `buffer` and checks that its 16 partitions hold keys `0..written` exactly once, each
+/// in its partition, in order.
+fn assert_every_key_once(buffer: &ShardBuffer, written: i64) {
     buffer.finish().unwrap();
     let mut all = Vec::new();
     for p in 0..16 {
@@ -446,23 +442,36 @@ fn scatter_writes_into_a_tiny_budget_never_wait_for_a_release_that_does_not_come
         (0..written).collect::<Vec<_>>(),
         "every row exactly once"
     );
+}
+
+#[test]
+fn scatter_writes_into_a_tiny_budget_never_wait_for_a_release_that_does_not_come() {
+    // What the Dask receive side does with a small worker budget: whole batches of mixed sizes
+    // scattered over 16 partitions into a 256 KiB pool with the default compaction. A write
+    // whose need grew after its first refusal must not wait for a round that frees room only
+    // for the old need (it used to, until the 60 s timeout). The timeout turns a hang into a
+    // failure naming the write; it is not a timing assertion.
+    let dir = tempfile::tempdir().unwrap();
+    let buffer = ShardBuffer::builder(keyed_schema(), 16)
+        .with_memory_limit(256 << 10)
+        .with_spill_dir(dir.path())
+        .with_write_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let written = scatter_mixed_sizes(&buffer, 7);
+    assert_every_key_once(&buffer, written);
     assert!(buffer.close().unwrap().bytes_spilled > 0);
 }
 
 #[test]
 fn two_buffers_on_one_tiny_pool_scatter_and_read_back_every_row() {
     // The Dask plugin's shape: one pool per worker, a buffer per shuffle run, both scattering.
-    use arrow_array::StringArray;
     use arrow_shards::{BoundedPool, MemoryPool};
     let dir = tempfile::tempdir().unwrap();
-    let schema = Arc::new(arrow_schema::Schema::new(vec![
-        arrow_schema::Field::new("k", arrow_schema::DataType::Int64, false),
-        arrow_schema::Field::new("s", arrow_schema::DataType::Utf8, false),
-    ]));
     let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(256 << 10));
     let buffers: Vec<ShardBuffer> = (0..2)
         .map(|_| {
-            ShardBuffer::builder(schema.clone(), 16)
+            ShardBuffer::builder(keyed_schema(), 16)
                 .with_memory_pool(pool.clone())
                 .with_spill_dir(dir.path())
                 .with_write_timeout(Duration::from_secs(20))
@@ -471,54 +480,13 @@ fn two_buffers_on_one_tiny_pool_scatter_and_read_back_every_row() {
         })
         .collect();
     let written: Vec<i64> = std::thread::scope(|s| {
-        let writers: Vec<_> = buffers
-            .iter()
-            .enumerate()
-            .map(|(b, buffer)| {
-                let schema = schema.clone();
-                s.spawn(move || {
-                    let mut rng = StdRng::seed_from_u64(b as u64);
-                    let mut written = 0i64;
-                    for i in 0..300 {
-                        let rows = [10, 100, 1000, 3000][i % 4] + rng.random_range(0..50);
-                        let k: Vec<i64> = (written..written + rows as i64).collect();
-                        let s: Vec<String> = k.iter().map(|k| format!("value {k}")).collect();
-                        let batch = RecordBatch::try_new(
-                            schema.clone(),
-                            vec![
-                                Arc::new(Int64Array::from(k.clone())),
-                                Arc::new(StringArray::from(s)),
-                            ],
-                        )
-                        .unwrap();
-                        let ids: Vec<u32> = k.iter().map(|k| (k.rem_euclid(16)) as u32).collect();
-                        buffer
-                            .write_partitioned_blocking(batch, &ids)
-                            .unwrap_or_else(|e| {
-                                panic!(
-                                    "buffer {b} write {i} of {rows} rows: {e} reserved {}",
-                                    buffer.memory_pool().reserved()
-                                )
-                            });
-                        written += rows as i64;
-                    }
-                    written
-                })
-            })
+        let writers: Vec<_> = (buffers.iter().zip(0u64..))
+            .map(|(buffer, seed)| s.spawn(move || scatter_mixed_sizes(buffer, seed)))
             .collect();
         writers.into_iter().map(|w| w.join().unwrap()).collect()
     });
     for (buffer, written) in buffers.iter().zip(written) {
-        buffer.finish().unwrap();
-        let mut all: Vec<i64> = (0..16)
-            .flat_map(|p| keys(buffer.read(p).unwrap().map(|b| b.unwrap())))
-            .collect();
-        all.sort_unstable();
-        assert_eq!(
-            all,
-            (0..written).collect::<Vec<_>>(),
-            "every row exactly once"
-        );
+        assert_every_key_once(buffer, written);
         buffer.close().unwrap();
     }
     assert_eq!(pool.reserved(), 0);
