@@ -34,6 +34,25 @@ pub(crate) struct BufferSettings {
     pub(crate) read_batch_rows: usize,
     /// `--compact-rows`.
     pub(crate) compact_rows: usize,
+    /// `--threads`: how many input batches are in flight at once.
+    pub(crate) threads: u32,
+}
+
+/// `--memory-limit` is the whole run's budget. Besides the buffer's pool the process holds, per
+/// writing thread, one slice of a decoded input batch and its copy reordered by partition (the
+/// scatter write's gather), and the allocator's per-thread caches of freed memory (measured:
+/// ~80 MiB resident for the second thread at 256 MiB, SF 1 lineitem; docs/memory-accounting.md).
+/// So a sixth of the limit per thread, at most half of it, is kept from the buffer; a slice may
+/// take a quarter of a thread's share (it and its reordered copy half of it).
+const RESERVE_SIXTHS_PER_THREAD: u64 = 1;
+
+/// The buffer's own limit and the most bytes of one input slice, for a `--memory-limit` of
+/// `limit` shared by `threads` writing threads.
+pub(crate) fn split_limit(limit: u64, threads: u32) -> (u64, u64) {
+    let threads = u64::from(threads.max(1));
+    let reserve = limit / 6 * (RESERVE_SIXTHS_PER_THREAD * threads).min(3);
+    let slice = reserve / (4 * threads);
+    (limit - reserve, slice.max(1))
 }
 
 /// A handle on the shuffle buffer, shared by every thread.
@@ -60,8 +79,9 @@ impl Buffer {
         }
         // Spill settings act only under a limit (the buffer refuses them otherwise).
         if let Some(limit) = settings.memory_limit {
+            let (buffer_limit, _) = split_limit(limit, settings.threads);
             builder = builder
-                .with_memory_limit(usize::try_from(limit).unwrap_or(usize::MAX))
+                .with_memory_limit(usize::try_from(buffer_limit).unwrap_or(usize::MAX))
                 .with_compression(match settings.compression {
                     CompressionArg::None => Compression::None,
                     CompressionArg::Lz4 => Compression::Lz4,
@@ -90,8 +110,9 @@ impl Buffer {
     }
 
     /// Writes each row of `batch` to the partition `ids` names; waits while the spiller makes
-    /// room. A scatter write must fit in the memory limit as a whole, so under a limit the
-    /// batch goes in slices of at most an eighth of it.
+    /// room. Under a limit the batch goes in slices of at most a thread's share of the
+    /// in-flight allowance ([`split_limit`]), so that the batches in flight and their
+    /// reordered copies stay within `--memory-limit` beside the buffer's own limit.
     pub(crate) fn write_partitioned(
         &self,
         batch: RecordBatch,
@@ -101,7 +122,8 @@ impl Buffer {
         let step = match self.settings.memory_limit {
             Some(limit) if rows > 0 => {
                 let per_row = batch.get_array_memory_size().div_ceil(rows).max(1);
-                let most = usize::try_from(limit / 8).unwrap_or(usize::MAX) / per_row;
+                let (_, slice) = split_limit(limit, self.settings.threads);
+                let most = usize::try_from(slice).unwrap_or(usize::MAX) / per_row;
                 most.clamp(1, rows)
             }
             _ => rows.max(1),
@@ -171,4 +193,24 @@ fn check_spill_dir(dir: &Path) -> Result<(), CliError> {
     // Best effort: the probe is empty and hidden.
     let _ = std::fs::remove_file(&probe);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_limit;
+
+    #[test]
+    fn a_sixth_of_the_limit_per_thread_is_kept_from_the_buffer() {
+        // 600 MiB: 1 thread keeps 100 MiB, 2 keep 200, 3 and more keep half
+        assert_eq!(split_limit(600 << 20, 1), (500 << 20, 25 << 20));
+        assert_eq!(split_limit(600 << 20, 2), (400 << 20, 25 << 20));
+        assert_eq!(split_limit(600 << 20, 3).0, 300 << 20);
+        let (buffer, slice) = split_limit(600 << 20, 8);
+        assert_eq!(buffer, 300 << 20);
+        // a slice and its reordered copy take half of a thread's share
+        assert_eq!(2 * 8 * slice * 2, 300 << 20);
+        // never a zero slice, never more than the limit
+        assert_eq!(split_limit(3, 4), (3, 1));
+        assert_eq!(split_limit(0, 0), (0, 1));
+    }
 }

@@ -43,7 +43,8 @@ use crate::workers::{Control, on_threads};
 /// batches read back). With 8192-row input batches over 1024 partitions every partition's share
 /// of a batch is ~8 rows, and the per-range costs of the scatter write dominate; 65,536-row
 /// batches make the shares 8x longer. In flight: one decoded batch and its reordered copy per
-/// thread (~15 MB each for lineitem), outside the buffer's limit (docs/benchmarks.md).
+/// thread (~14 MB each for lineitem), within the share of `--memory-limit` kept from the buffer
+/// for them (`buffer::split_limit`; docs/memory-accounting.md).
 const INPUT_BATCH_ROWS: usize = 65_536;
 
 /// Runs a shuffle; the report of a successful run. `options` are the output's.
@@ -108,7 +109,11 @@ impl Job {
         let threads = args.threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
         });
-        let buffer = Buffer::new(inputs.schema.clone(), args.partitions, &settings(args))?;
+        let buffer = Buffer::new(
+            inputs.schema.clone(),
+            args.partitions,
+            &settings(args, threads),
+        )?;
         let control = Control::new(interrupt, Progress::new(!args.quiet));
         Ok(Job {
             inputs,
@@ -237,7 +242,7 @@ impl Job {
 }
 
 /// The buffer's settings from the command line.
-fn settings(args: &ShuffleArgs) -> BufferSettings {
+fn settings(args: &ShuffleArgs, threads: u32) -> BufferSettings {
     BufferSettings {
         memory_limit: args.memory_limit,
         spill: match (&args.spill_dir, args.no_spill) {
@@ -248,5 +253,6 @@ fn settings(args: &ShuffleArgs) -> BufferSettings {
         compression: args.spill_compression,
         read_batch_rows: args.batch_rows as usize,
         compact_rows: args.compact_rows as usize,
+        threads,
     }
 }
