@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import DEFAULT_COMPACT_TARGET_BYTES, DEFAULT_SPILL_SEGMENT_BYTES, ShardBuffer
+from .. import ShardBuffer
 from ._totals import Totals
 
 
@@ -63,7 +63,6 @@ class ReceiveBuffer:
             memory_pool=self._pool,
             spill_dir=self._spill_root,
             compression=self._compression,
-            **_sized_for(self._pool.limit, self._num_partitions),
         )
         with self._lock:
             closed = self._closed
@@ -141,26 +140,6 @@ class ReceiveBuffer:
     def _snapshot(self) -> list[ShardBuffer]:
         with self._lock:
             return list(self._buffers.values())
-
-
-def _sized_for(budget: int | None, num_partitions: int) -> dict[str, Any]:
-    """Buffer settings that fit the budget (the defaults suit budgets of GiBs):
-    - compaction: every partition's open batch may be charged up to its target at once, so the
-      targets together stay within a quarter of the budget; below 64 KiB an open batch is not
-      worth it and compaction is off;
-    - spilled segments: a read decodes one at a time, charged even past the limit, so a segment
-      is at most a sixteenth of the budget (at least 64 KiB)."""
-    if budget is None:
-        return {}
-    settings: dict[str, Any] = {}
-    per_partition = budget // (4 * max(num_partitions, 1))
-    if per_partition < 64 << 10:
-        settings["compact_target_rows"] = 0
-    elif per_partition < DEFAULT_COMPACT_TARGET_BYTES:
-        settings["compact_target_bytes"] = per_partition
-    if budget // 16 < DEFAULT_SPILL_SEGMENT_BYTES:
-        settings["spill_segment_bytes"] = max(budget // 16, 64 << 10)
-    return settings
 
 
 def _unified(table: pa.Table) -> pa.Table:
