@@ -4,6 +4,8 @@ under a tiny budget, one budget for concurrent shuffles, activation and deactiva
 from __future__ import annotations
 
 import contextlib
+import os
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ distributed = pytest.importorskip("distributed")
 import dask.dataframe as dd  # noqa: E402
 import pandas as pd  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
+from distributed.shuffle._exceptions import P2POutOfDiskError  # noqa: E402
 
 import arrow_shards.dask as asd  # noqa: E402
 from dask_helpers import (  # noqa: E402
@@ -161,3 +164,50 @@ def test_a_buffer_error_fails_the_run_with_a_clear_message(client, plugin, tmp_p
         chain.append(str(error))
         error = error.__cause__
     assert any("spill" in text.lower() for text in chain), chain
+
+
+def _frame_part(i: int) -> pd.DataFrame:
+    return frame(rows=25_000, seed=i)
+
+
+def test_a_full_disk_fails_the_shuffle_with_dasks_out_of_disk_error(client, plugin):
+    full = os.environ.get("ARROW_SHARDS_FULL_DISK")
+    if not full:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ARROW_SHARDS_FULL_DISK (a small tmpfs, made by .ci/run) is not set")
+        pytest.skip("set ARROW_SHARDS_FULL_DISK to a small tmpfs to test a really full disk")
+    assert list(Path(full).iterdir()) == [], f"{full} is not empty to begin with"
+    # about 15 MiB of shards per worker against a 1 MiB budget and a 4 MiB disk (made by the
+    # tasks: a graph holding that much data draws Dask's large-graph warning)
+    ddf = dd.from_map(_frame_part, range(12))
+    plugin(memory_limit="1MiB", spill_dir=full)
+    with pytest.raises(P2POutOfDiskError) as info:
+        ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
+    error = info.value
+    assert "P2P ran out of available disk space" in str(error)  # Dask's own fixed text
+    # ours is its argument (the client gets the exception without its worker-side cause),
+    # naming the run, the full spill directory and the OS error
+    (message,) = error.args
+    assert "ArrowShardsShuffleRun<" in message and "the spill directory is full" in message
+    assert f"no space left for spilling in {full}/arrow-shards-spill-" in message
+    assert "No space left on device" in message
+    wait_for(lambda: no_active_runs(client), "the runs to close")
+    wait_for(lambda: list(Path(full).iterdir()) == [], "the spill directories to be removed")
+    assert all(m["reserved"] == 0 for m in client.run(asd.metrics).values())
+
+
+def test_settings_survive_a_config_reset():
+    # distributed's test helpers reset dask.config.config to a copy made at their import, which
+    # can predate arrow_shards.dask's defaults; the settings fall back to them
+    import copy
+
+    from arrow_shards.dask._settings import DEFAULTS, Settings
+
+    saved = copy.deepcopy(dask.config.config)
+    try:
+        dask.config.config.pop("arrow-shards", None)
+        settings = Settings.from_config()
+    finally:
+        dask.config.config.clear()
+        dask.config.config.update(saved)
+    assert settings == Settings(DEFAULTS["memory-limit"], DEFAULTS["compression"], None)
