@@ -13,6 +13,7 @@ dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
 
 import dask.dataframe as dd  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 from distributed.shuffle._exceptions import P2POutOfDiskError  # noqa: E402
@@ -211,3 +212,26 @@ def test_settings_survive_a_config_reset():
         dask.config.config.clear()
         dask.config.config.update(saved)
     assert settings == Settings(DEFAULTS["memory-limit"], DEFAULTS["compression"], None)
+
+
+def _part_with_unused_categories(i: int) -> pd.DataFrame:
+    rng = np.random.default_rng(i)
+    categories = [f"c{j}" for j in range(50)]
+    used = rng.choice(categories[:30], 300)  # c30..c49 never occur
+    return pd.DataFrame(
+        {"id": np.arange(300) + 300 * i, "k": rng.integers(0, 40, 300),
+         "c": pd.Categorical(used, categories=categories)}
+    )
+
+
+def test_categoricals_keep_their_unused_categories(client, plugin):
+    # the buffer's concatenation (compaction) merges dictionaries and drops unused values;
+    # Dask's own P2P keeps every category, so must we
+    ddf = dd.from_map(_part_with_unused_categories, range(20))
+    expected = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=6).compute()
+    plugin(memory_limit="64MiB")
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=6).compute()
+    assert all(n >= 1 for n in runs(client).values())
+    assert list(got["c"].cat.categories) == list(expected["c"].cat.categories)
+    assert len(got["c"].cat.categories) == 50
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(expected, ["id"]))
