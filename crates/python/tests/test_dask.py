@@ -235,3 +235,26 @@ def test_categoricals_keep_their_unused_categories(client, plugin):
     assert list(got["c"].cat.categories) == list(expected["c"].cat.categories)
     assert len(got["c"].cat.categories) == 50
     pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(expected, ["id"]))
+
+
+def test_a_replaced_dask_run_class_keeps_its_overrides_over_ours(client, plugin, monkeypatch):
+    # distributed's own tests replace DataFrameShuffleRun with subclasses that block or fail
+    # a run at chosen points; the plugin builds that subclass on top of its own run
+    from distributed.shuffle import _shuffle
+
+    from arrow_shards.dask._run import ArrowShardsShuffleRun
+
+    seen = []
+
+    class Recording(_shuffle.DataFrameShuffleRun):
+        async def inputs_done(self) -> None:
+            seen.append(type(self).__mro__[1:3])
+            await super().inputs_done()
+
+    monkeypatch.setattr(_shuffle, "DataFrameShuffleRun", Recording)
+    plugin()
+    ddf = dd.from_pandas(frame(), npartitions=4)
+    got = ddf.shuffle(on="k", shuffle_method="p2p").compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+    assert seen and all(mro == (Recording, ArrowShardsShuffleRun) for mro in seen), seen
+    assert all(n == 1 for n in runs(client).values())
