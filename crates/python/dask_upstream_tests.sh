@@ -11,7 +11,9 @@
 # script refuses another. Tests are copied into a scratch directory (nothing of them is kept
 # in this repository) and made importable as distributed.shuffle.tests, next to the installed
 # package; pytest runs there with distributed's own pytest settings (warnings are errors) minus
-# the pytest-timeout keys, slow tests skipped as in distributed's CI without --runslow.
+# the pytest-timeout keys, slow tests skipped as in distributed's CI without --runslow, and
+# with --tb=native (pytest's own traceback formatting stopped a run with an INTERNALERROR,
+# CPython 3.11's "AST constructor recursion depth mismatch").
 # Results: $OUT (default /tmp/arrow-shards-dask-upstream)/{without,with}.xml and .log, and a
 # summary of the counts and of every test whose outcome differs.
 #
@@ -108,7 +110,7 @@ one() {
     else
       unset DASK_DISTRIBUTED__WORKER__PRELOAD
     fi
-    ARROW_SHARDS_UPSTREAM_MODE="$which" "$py" -m pytest --import-mode=importlib -p no:cacheprovider \
+    ARROW_SHARDS_UPSTREAM_MODE="$which" "$py" -m pytest --import-mode=importlib -p no:cacheprovider --tb=native \
       --junitxml="$out/$which.xml" ext/tests/test_shuffle.py ext/tests/test_merge.py "$@"
   ) >"$out/$which.log" 2>&1 || status=$?
   tail -n 3 "$out/$which.log"
