@@ -4,6 +4,8 @@ under a tiny budget, one budget for concurrent shuffles, activation and deactiva
 from __future__ import annotations
 
 import contextlib
+import os
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +13,10 @@ dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
 
 import dask.dataframe as dd  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
+from distributed.shuffle._exceptions import P2POutOfDiskError  # noqa: E402
 
 import arrow_shards.dask as asd  # noqa: E402
 from dask_helpers import (  # noqa: E402
@@ -161,3 +165,96 @@ def test_a_buffer_error_fails_the_run_with_a_clear_message(client, plugin, tmp_p
         chain.append(str(error))
         error = error.__cause__
     assert any("spill" in text.lower() for text in chain), chain
+
+
+def _frame_part(i: int) -> pd.DataFrame:
+    return frame(rows=25_000, seed=i)
+
+
+def test_a_full_disk_fails_the_shuffle_with_dasks_out_of_disk_error(client, plugin):
+    full = os.environ.get("ARROW_SHARDS_FULL_DISK")
+    if not full:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ARROW_SHARDS_FULL_DISK (a small tmpfs, made by .ci/run) is not set")
+        pytest.skip("set ARROW_SHARDS_FULL_DISK to a small tmpfs to test a really full disk")
+    assert list(Path(full).iterdir()) == [], f"{full} is not empty to begin with"
+    # about 15 MiB of shards per worker against a 1 MiB budget and a 4 MiB disk (made by the
+    # tasks: a graph holding that much data draws Dask's large-graph warning)
+    ddf = dd.from_map(_frame_part, range(12))
+    plugin(memory_limit="1MiB", spill_dir=full)
+    with pytest.raises(P2POutOfDiskError) as info:
+        ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
+    error = info.value
+    assert "P2P ran out of available disk space" in str(error)  # Dask's own fixed text
+    # ours is its argument (the client gets the exception without its worker-side cause),
+    # naming the run, the full spill directory and the OS error
+    (message,) = error.args
+    assert "ArrowShardsShuffleRun<" in message and "the spill directory is full" in message
+    assert f"no space left for spilling in {full}/arrow-shards-spill-" in message
+    assert "No space left on device" in message
+    wait_for(lambda: no_active_runs(client), "the runs to close")
+    wait_for(lambda: list(Path(full).iterdir()) == [], "the spill directories to be removed")
+    assert all(m["reserved"] == 0 for m in client.run(asd.metrics).values())
+
+
+def test_settings_survive_a_config_reset():
+    # distributed's test helpers reset dask.config.config to a copy made at their import, which
+    # can predate arrow_shards.dask's defaults; the settings fall back to them
+    import copy
+
+    from arrow_shards.dask._settings import DEFAULTS, Settings
+
+    saved = copy.deepcopy(dask.config.config)
+    try:
+        dask.config.config.pop("arrow-shards", None)
+        settings = Settings.from_config()
+    finally:
+        dask.config.config.clear()
+        dask.config.config.update(saved)
+    assert settings == Settings(DEFAULTS["memory-limit"], DEFAULTS["compression"], None)
+
+
+def _part_with_unused_categories(i: int) -> pd.DataFrame:
+    rng = np.random.default_rng(i)
+    categories = [f"c{j}" for j in range(50)]
+    used = rng.choice(categories[:30], 300)  # c30..c49 never occur
+    return pd.DataFrame(
+        {"id": np.arange(300) + 300 * i, "k": rng.integers(0, 40, 300),
+         "c": pd.Categorical(used, categories=categories)}
+    )
+
+
+def test_categoricals_keep_their_unused_categories(client, plugin):
+    # the buffer's concatenation (compaction) merges dictionaries and drops unused values;
+    # Dask's own P2P keeps every category, so must we
+    ddf = dd.from_map(_part_with_unused_categories, range(20))
+    expected = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=6).compute()
+    plugin(memory_limit="64MiB")
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=6).compute()
+    assert all(n >= 1 for n in runs(client).values())
+    assert list(got["c"].cat.categories) == list(expected["c"].cat.categories)
+    assert len(got["c"].cat.categories) == 50
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(expected, ["id"]))
+
+
+def test_a_replaced_dask_run_class_keeps_its_overrides_over_ours(client, plugin, monkeypatch):
+    # distributed's own tests replace DataFrameShuffleRun with subclasses that block or fail
+    # a run at chosen points; the plugin builds that subclass on top of its own run
+    from distributed.shuffle import _shuffle
+
+    from arrow_shards.dask._run import ArrowShardsShuffleRun
+
+    seen = []
+
+    class Recording(_shuffle.DataFrameShuffleRun):
+        async def inputs_done(self) -> None:
+            seen.append(type(self).__mro__[1:3])
+            await super().inputs_done()
+
+    monkeypatch.setattr(_shuffle, "DataFrameShuffleRun", Recording)
+    plugin()
+    ddf = dd.from_pandas(frame(), npartitions=4)
+    got = ddf.shuffle(on="k", shuffle_method="p2p").compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+    assert seen and all(mro == (Recording, ArrowShardsShuffleRun) for mro in seen), seen
+    assert all(n == 1 for n in runs(client).values())

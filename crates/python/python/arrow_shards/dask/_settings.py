@@ -32,12 +32,19 @@ class Settings:
 
     @classmethod
     def from_config(cls) -> Settings:
-        """The ``arrow-shards.*`` config of this process (``DASK_ARROW_SHARDS__...`` too)."""
-        get = dask.config.get
+        """The ``arrow-shards.*`` config of this process (``DASK_ARROW_SHARDS__...`` too).
+
+        A key missing from the config takes its default: code that resets ``dask.config.config``
+        to a copy made before this module was imported (distributed's test helpers do, before
+        each test cluster) drops the defaults installed above."""
+
+        def get(key: str) -> Any:
+            return dask.config.get(f"arrow-shards.{key}", default=DEFAULTS[key])
+
         return cls(
-            memory_limit=get("arrow-shards.memory-limit"),
-            compression=get("arrow-shards.compression"),
-            spill_dir=get("arrow-shards.spill-dir"),
+            memory_limit=get("memory-limit"),
+            compression=get("compression"),
+            spill_dir=get("spill-dir"),
         )
 
     def overridden(self, **given: Any) -> Settings:

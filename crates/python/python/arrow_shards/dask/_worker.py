@@ -88,6 +88,31 @@ def state_of(worker: Any) -> WorkerState | None:
         return _states.get(id(worker))
 
 
+_composed: dict[type, type] = {}  # a replaced DataFrameShuffleRun -> it, over our run
+
+
+def _run_class() -> type:
+    """``ArrowShardsShuffleRun``; or, if ``distributed.shuffle._shuffle.DataFrameShuffleRun``
+    (the class Dask's ``create_run_on_worker`` builds) has been replaced by a subclass of it,
+    that subclass on top of ours, so that its overrides keep applying (distributed's own tests
+    patch it so to block or fail a run at chosen points)."""
+    from distributed.shuffle import _shuffle
+
+    from ._run import ArrowShardsShuffleRun, DataFrameShuffleRun
+
+    current = _shuffle.DataFrameShuffleRun
+    if current is DataFrameShuffleRun or not (
+        isinstance(current, type) and issubclass(current, DataFrameShuffleRun)
+    ):
+        return ArrowShardsShuffleRun
+    with _lock:
+        found = _composed.get(current)
+        if found is None:
+            found = type(current.__name__, (current, ArrowShardsShuffleRun), {})
+            _composed[current] = found
+    return found
+
+
 def _create_run_on_worker(
     spec: Any, run_id: int, span_id: str | None, worker_for: dict[int, str], plugin: Any
 ) -> Any:
@@ -98,10 +123,8 @@ def _create_run_on_worker(
         return original(
             spec, run_id=run_id, span_id=span_id, worker_for=worker_for, plugin=plugin
         )
-    from ._run import ArrowShardsShuffleRun
-
     worker = plugin.worker
-    return ArrowShardsShuffleRun(
+    return _run_class()(
         make_buffer=state.make_buffer,
         worker_for=worker_for,
         column=spec.column,
