@@ -30,6 +30,19 @@ impl Stored {
         }
     }
 
+    /// Sizes `slice`, `len` of the `parent_rows` rows of one reordered batch, by its share of
+    /// the parent's allocations (which it shares with the other slices and which the buffer
+    /// charges once): its `size` is that share, rounded up, not the whole parent's.
+    pub(crate) fn share_of(slice: RecordBatch, parent_rows: usize) -> Self {
+        let mut stored = Self::new(slice);
+        let rows = stored.batch.num_rows();
+        if parent_rows > 0 && rows < parent_rows {
+            let share = (stored.size as u128 * rows as u128).div_ceil(parent_rows as u128);
+            stored.size = usize::try_from(share).unwrap_or(stored.size);
+        }
+        stored
+    }
+
     /// What spilling or reading it frees at most: its size and its overhead.
     pub(crate) fn cost(&self) -> usize {
         self.size + self.overhead

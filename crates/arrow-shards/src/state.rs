@@ -354,7 +354,7 @@ impl State {
             if self.appends(sorted, len) {
                 needed += self.append_growth(partition, sorted, start, len);
             } else {
-                let stored = Stored::new(sorted.slice(start, len));
+                let stored = Stored::share_of(sorted.slice(start, len), sorted.num_rows());
                 needed += stored.overhead;
                 shared.extend_from_slice(&stored.allocations);
                 whole.push((partition, stored));

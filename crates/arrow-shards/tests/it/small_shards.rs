@@ -390,6 +390,49 @@ fn a_scatter_write_without_compaction_charges_its_reordered_batch_once() {
     buffer.close().unwrap();
 }
 
+#[test]
+fn scattered_slices_count_their_share_in_bytes_written_and_spilled() {
+    // 20 batches of 80 KB scattered over 200 partitions, stored whole (compaction off), into a
+    // 512 KiB pool: each slice counts its share of its reordered batch, not the whole batch
+    // (which would make bytes_written 200x the data and every slice look like a large victim).
+    let dir = tempfile::tempdir().unwrap();
+    let buffer = ShardBuffer::builder(ints(0..1).schema(), 200)
+        .with_memory_limit(512 << 10)
+        .with_spill_dir(dir.path())
+        .with_compact_target_rows(0)
+        .build()
+        .unwrap();
+    let mut data = 0;
+    for b in 0..20 {
+        let batch = ints(b * 10_000..(b + 1) * 10_000);
+        data += arrow_shards_memory::sizing::batch_memory_size(&batch) as u64;
+        let ids: Vec<u32> = (0..10_000).map(|i| ((i * 7 + b) % 200) as u32).collect();
+        buffer.write_partitioned_blocking(batch, &ids).unwrap();
+    }
+    buffer.finish().unwrap();
+    buffer.wait_for_spills();
+    let m = buffer.metrics();
+    assert!(
+        m.bytes_written >= data && m.bytes_written < 2 * data,
+        "{m:?}, data {data}"
+    );
+    assert!(
+        m.bytes_spilled > 0 && m.bytes_spilled <= m.bytes_written,
+        "{m:?}"
+    );
+    let rows: usize = (0..200)
+        .map(|p| {
+            buffer
+                .read(p)
+                .unwrap()
+                .map(|b| b.unwrap().num_rows())
+                .sum::<usize>()
+        })
+        .sum();
+    assert_eq!(rows, 200_000);
+    buffer.close().unwrap();
+}
+
 /// `k: Int64, s: Utf8`, the Dask-like shards of the two tiny-budget scatter tests.
 fn keyed_schema() -> SchemaRef {
     Arc::new(arrow_schema::Schema::new(vec![
