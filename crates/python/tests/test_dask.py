@@ -258,3 +258,43 @@ def test_a_replaced_dask_run_class_keeps_its_overrides_over_ours(client, plugin,
     pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
     assert seen and all(mro == (Recording, ArrowShardsShuffleRun) for mro in seen), seen
     assert all(n == 1 for n in runs(client).values())
+
+
+def test_a_self_merge_reads_each_partition_twice_and_equals_pandas(client, plugin):
+    # df.merge(df): one shuffle serves both sides, so merge_unpack reads every output partition
+    # twice in a row (distributed's test_merge_indicator); the second read gets the first
+    # read's frame while it is alive
+    pdf = pd.DataFrame({"id": range(200), "v": np.arange(200) % 7})
+    ddf = dd.from_pandas(pdf, npartitions=4)
+    plugin(memory_limit="64MiB")
+    before = sum(runs(client).values())
+    got = ddf.merge(ddf, on="id", how="outer", indicator=True, shuffle_method="p2p").compute()
+    assert sum(runs(client).values()) > before, "arrow-shards ran the shuffle"
+    expected = pdf.merge(pdf, on="id", how="outer", indicator=True)
+    pd.testing.assert_frame_equal(
+        got.sort_values("id", ignore_index=True), expected.sort_values("id", ignore_index=True)
+    )
+    assert (got["_merge"] == "both").all()
+
+
+def test_a_repeat_read_gets_the_live_frame_and_fails_clearly_once_it_is_gone():
+    import gc
+
+    from arrow_shards import AlreadyReadError
+    from arrow_shards.dask._run import _Read
+
+    read = _Read()
+    first = pd.DataFrame({"a": [1, 2, 3]})
+    read.done(first)
+    again = read.again("partition 5")
+    pd.testing.assert_frame_equal(again, first)
+    assert again is not first
+    del first, again
+    gc.collect()
+    with pytest.raises(AlreadyReadError, match="partition 5 was read before and its frame is gone"):
+        read.again("partition 5")
+
+    failed = _Read()
+    failed.failed(OSError("disk gone"))
+    with pytest.raises(AlreadyReadError, match="that read failed: OSError"):
+        failed.again("partition 6")

@@ -10,7 +10,11 @@ Dask's, inherited):
 - ``flush_receive``: no flush; it only finishes the buffer (no more writes).
 - ``_get_output_partition``: reads that one partition, memory and disk merged, exactly once,
   and converts it with Dask's ``convert_shards`` (which sorts by input partition id, the order
-  Dask's P2P gives).
+  Dask's P2P gives). A second read of a partition while the first read's frame is still alive
+  gets a shallow copy of that frame (a self-merge, ``df.merge(df, ...)``, has one shuffle for
+  both sides, and its ``merge_unpack`` reads each partition twice in a row; Dask's disk buffer
+  reads its files again). Only a weak reference is kept, so nothing is held past the caller's
+  own use; once the frame is gone, a further read raises ``AlreadyReadError``.
 - ``close``: closes the buffer too (its spill directories are removed).
 """
 
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import weakref
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -28,7 +34,7 @@ from distributed.shuffle._limiter import ResourceLimiter
 from distributed.shuffle._shuffle import DataFrameShuffleRun
 from distributed.sizeof import sizeof
 
-from .._errors import DiskFullError
+from .._errors import AlreadyReadError, DiskFullError
 from ._receive import ReceiveBuffer
 
 logger = logging.getLogger("arrow_shards.dask")
@@ -43,6 +49,10 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
         kwargs.update(disk=False, memory_limiter_disk=ResourceLimiter(None))
         super().__init__(**kwargs)
         self._shards = make_buffer(max(self.worker_for.index, default=-1) + 1)
+        # partition id -> its first read; the lock guards the dict only (never held across a
+        # read or a wait)
+        self._reads: dict[int, _Read] = {}
+        self._reads_lock = threading.Lock()
 
     async def _receive(self, data: list[tuple[int, bytes]]) -> None:
         self.raise_if_closed()
@@ -78,6 +88,21 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
         self._shards.finish()
 
     def _get_output_partition(self, partition_id: int, key: Any, **kwargs: Any) -> Any:
+        with self._reads_lock:
+            first = self._reads.get(partition_id)
+            if first is None:
+                read = self._reads[partition_id] = _Read()
+        if first is not None:
+            return first.again(f"{self}: output partition {partition_id}")
+        try:
+            frame = self._read_partition(partition_id)
+        except BaseException as e:
+            read.failed(e)
+            raise
+        read.done(frame)
+        return frame
+
+    def _read_partition(self, partition_id: int) -> Any:
         tables = self._shards.read(partition_id)
         if not tables:
             meta = self.meta.copy()
@@ -98,3 +123,36 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
             await asyncio.get_running_loop().run_in_executor(None, self._shards.close)
         except Exception:
             logger.exception("%s: closing its arrow-shards buffer failed", self)
+
+
+class _Read:
+    """One partition's first read: a second reader waits for it, then gets a shallow copy of
+    its frame if the frame is still alive (a weak reference: nothing is kept for it)."""
+
+    def __init__(self) -> None:
+        self._over = threading.Event()
+        self._frame: weakref.ref[Any] | None = None
+        self._error: BaseException | None = None
+
+    def done(self, frame: Any) -> None:
+        self._frame = weakref.ref(frame)
+        self._over.set()
+
+    def failed(self, error: BaseException) -> None:
+        self._error = error
+        self._over.set()
+
+    def again(self, what: str) -> Any:
+        self._over.wait()
+        if self._error is not None:
+            raise AlreadyReadError(
+                f"{what} was read before, and that read failed: {self._error!r}"
+            ) from self._error
+        frame = self._frame() if self._frame is not None else None
+        if frame is None:
+            raise AlreadyReadError(
+                f"{what} was read before and its frame is gone: each partition's data is "
+                "handed out once (a repeat read gets it only while the first read's frame "
+                "is alive)"
+            )
+        return frame.copy(deep=False)
