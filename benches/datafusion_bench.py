@@ -65,10 +65,9 @@ def main() -> None:
                 line = {"error": done.stderr.strip().splitlines()[-1:] or ["?"]}
                 print(f"run {round_} {n} {pool} {drive} {exchange}: FAILED {line['error'][0]}",
                       flush=True)
-                results[(n, pool, drive, exchange)].append(line)
-                continue
-            line = json.loads(done.stdout.strip().splitlines()[-1])
-            print(f"run {round_} {json.dumps(line)}", flush=True)
+            else:
+                line = json.loads(done.stdout.strip().splitlines()[-1])
+                print(f"run {round_} {json.dumps(line)}", flush=True)
             results[(n, pool, drive, exchange)].append(line)
 
     print()

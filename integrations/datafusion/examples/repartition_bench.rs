@@ -1,7 +1,8 @@
 //! One run of the exchange benchmark in docs/datafusion.md: a parquet file read as 2 input
 //! partitions, hash-repartitioned on one column into N outputs by DataFusion's own
 //! `RepartitionExec` or by `ShardRepartitionExec`, every output row counted. Prints one JSON
-//! line: time, rows, spilled bytes, the pool's peak and the process's peak RSS (`VmHWM`).
+//! line: time, rows, spilled bytes, what the pool still holds once the exchange is closed
+//! (`pool_left`, 0 when nothing leaks) and the process's peak RSS (`VmHWM`).
 //!
 //! ```sh
 //! cargo run --release --features parquet-bench --example repartition_bench -- \
@@ -15,7 +16,7 @@
 //!   one after another to its end, as a distributed engine's next stage reads them
 //! - `--key COLUMN` (default `l_orderkey`), `--inputs K` (default 2)
 //!
-//! `benches/datafusion_bench.sh` runs the whole table.
+//! `benches/datafusion_bench.py` runs the whole table.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
