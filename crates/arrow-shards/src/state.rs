@@ -24,7 +24,7 @@ use arrow_schema::SchemaRef;
 use arrow_shards_memory::{AllocationSet, MemoryReservation};
 use arrow_shards_spill::{SegmentRef, SpillError};
 
-use crate::compact::{CompactConfig, OpenBatch};
+use crate::compact::{CompactConfig, OpenBatch, Start};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::shard::{Scattered, Shard, Stored};
@@ -52,6 +52,9 @@ pub(crate) struct Partition {
     open: Option<OpenBatch>,
     /// What `open` is charged (`OpenBatch::bytes`), 0 without one.
     open_charge: usize,
+    /// Where the next open batch starts: set from the last one cut (bookkeeping of a few words
+    /// per column, not charged, like the rest of this struct).
+    start: Start,
     /// What a spill could take now: the cost of the batches *not* in flight plus `open_charge`.
     bytes: usize,
     in_flight: Option<InFlight>,
@@ -416,12 +419,15 @@ impl State {
     ) -> usize {
         let config = self.compact.as_ref().expect("appends only with compaction");
         // A cut never adds to the charge (`OpenBatch::bytes`), so only the append counts.
-        match &self.partitions[partition as usize].open {
+        let p = &self.partitions[partition as usize];
+        match &p.open {
             Some(open) if !open.is_full_for(config, len) => open.growth(batch, start, len, config),
-            _ => {
-                let fresh = OpenBatch::new(&self.schema);
-                fresh.bytes() + fresh.growth(batch, start, len, config)
+            // Cut first: the fresh batch starts where this one leaves off.
+            Some(open) => {
+                let next = open.next_start();
+                OpenBatch::fresh_charge(&self.schema, &next, batch, start, len, config)
             }
+            None => OpenBatch::fresh_charge(&self.schema, &p.start, batch, start, len, config),
         }
     }
 
@@ -444,7 +450,9 @@ impl State {
         }
         let schema = Arc::clone(&self.schema);
         let p = &mut self.partitions[partition as usize];
-        let open = p.open.get_or_insert_with(|| OpenBatch::new(&schema));
+        let open = p
+            .open
+            .get_or_insert_with(|| OpenBatch::new(&schema, &p.start));
         let before = open.data_bytes();
         open.append(batch, start, len, &config)
             .map_err(|e| Error::Arrow(Arc::new(e)))?;
@@ -476,12 +484,15 @@ impl State {
             return Ok(());
         };
         let rows = open.rows();
+        let next = open.next_start();
         let batch = open
             .cut(&self.schema)
             .map_err(|e| Error::Arrow(Arc::new(e)))?;
         let mut stored = Stored::new(batch);
-        // The open batch is dropped: a fresh one allocates on the next append.
+        // The open batch is dropped: a fresh one allocates on the next append, starting at
+        // `next`.
         p.open = None;
+        p.start = next;
         let old = p.bytes;
         let charge = std::mem::take(&mut p.open_charge);
         p.bytes -= charge;
@@ -519,6 +530,7 @@ impl State {
         let held = self.held();
         let p = &mut self.partitions[partition as usize];
         p.read = true;
+        p.start = Start::default();
         if p.in_flight.take().is_none() {
             self.victims.update(partition, p.bytes, 0);
         }

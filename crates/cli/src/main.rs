@@ -34,6 +34,14 @@
 //! directory, and exit with status 1; usage errors exit with status 2; an interrupted run prints
 //! `arrow-shards: interrupted by SIGINT; ...` and exits with 130 (143 for SIGTERM).
 
+/// The process's allocator: jemalloc, where it builds. With thousands of partitions the buffer
+/// makes and frees many small and medium buffers from two threads; glibc malloc then spends a
+/// third of the run in its free lists (docs/benchmarks.md, "Allocator"). The library leaves the
+/// choice to its embedder, as this binary does here.
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod args;
 mod buffer;
 mod error;

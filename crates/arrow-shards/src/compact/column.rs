@@ -35,6 +35,10 @@ pub(crate) struct Hint {
     pub(crate) rows: usize,
     /// Bytes of variable-length data at which the batch is cut.
     pub(crate) bytes: usize,
+    /// Rows the first allocation of a row-sized buffer is made for (see [`super::Start`]).
+    pub(crate) start_rows: usize,
+    /// Bytes the first allocation of a variable-length data buffer takes.
+    pub(crate) start_bytes: usize,
 }
 
 /// One column being filled.
@@ -67,12 +71,17 @@ pub(crate) enum OpenColumn {
     Pieces { pieces: Vec<ArrayRef>, bytes: usize },
 }
 
-/// New capacity of a buffer of capacity `cap` that must hold `required` bytes.
-fn grown(cap: usize, required: usize, hint: usize) -> usize {
+/// New capacity of a buffer of capacity `cap` that must hold `required` bytes: double, at
+/// least `first` for the first allocation, at most `hint` unless `required` is more.
+fn grown(cap: usize, required: usize, hint: usize, first: usize) -> usize {
     if required <= cap {
         return cap;
     }
-    let doubled = (2 * cap).max(MIN_CAPACITY).min(hint.max(required));
+    let least = if cap == 0 { first } else { 0 };
+    let doubled = (2 * cap)
+        .max(MIN_CAPACITY)
+        .max(least)
+        .min(hint.max(required));
     round_up_64(required.max(doubled))
 }
 
@@ -81,9 +90,9 @@ fn round_up_64(n: usize) -> usize {
 }
 
 /// Grows `buffer` so it can take `additional` more bytes, to exactly the capacity [`grown`] says.
-fn ensure(buffer: &mut MutableBuffer, additional: usize, hint: usize) {
+fn ensure(buffer: &mut MutableBuffer, additional: usize, hint: usize, first: usize) {
     let required = buffer.len() + additional;
-    let cap = grown(buffer.capacity(), required, hint);
+    let cap = grown(buffer.capacity(), required, hint, first);
     if cap > buffer.capacity() {
         let mut larger = MutableBuffer::with_capacity(cap);
         larger.extend_from_slice(buffer.as_slice());
@@ -182,6 +191,15 @@ impl OpenColumn {
         }
     }
 
+    /// Bytes of variable-length data held (0 for other columns).
+    pub(crate) fn var_len(&self) -> usize {
+        match self {
+            OpenColumn::Bytes { values, .. } => values.len(),
+            OpenColumn::Views { data, .. } => data.len(),
+            _ => 0,
+        }
+    }
+
     /// Bytes [`append`](Self::append) of `array[start..start + len]` would add to
     /// [`bytes`](Self::bytes) (exact for the buffers, an upper bound for validity).
     pub(crate) fn growth(&self, array: &dyn Array, start: usize, len: usize, hint: Hint) -> usize {
@@ -193,7 +211,12 @@ impl OpenColumn {
                 nulls,
             } => {
                 let cap = values.capacity();
-                grown(cap, values.len() + len * w, hint.rows * w) - cap
+                grown(
+                    cap,
+                    values.len() + len * w,
+                    hint.rows * w,
+                    hint.start_rows * w,
+                ) - cap
                     + nulls_growth(nulls, has_nulls, len)
             }
             OpenColumn::Boolean { values, nulls } => {
@@ -217,16 +240,27 @@ impl OpenColumn {
                 let value_bytes = byte_range_len(array, start, len);
                 let (oc, vc) = (offsets.capacity(), values.capacity());
                 let extra_offsets = if offsets.is_empty() { len + 1 } else { len } * width;
-                grown(oc, offsets.len() + extra_offsets, (hint.rows + 1) * width) - oc
-                    + grown(vc, values.len() + value_bytes, hint.bytes)
+                let first_offsets = (hint.start_rows + 1) * width;
+                grown(
+                    oc,
+                    offsets.len() + extra_offsets,
+                    (hint.rows + 1) * width,
+                    first_offsets,
+                ) - oc
+                    + grown(vc, values.len() + value_bytes, hint.bytes, hint.start_bytes)
                     - vc
                     + nulls_growth(nulls, has_nulls, len)
             }
             OpenColumn::Views { views, data, nulls } => {
                 let long = long_view_bytes(array, start, len);
                 let (vc, dc) = (views.capacity(), data.capacity());
-                grown(vc, views.len() + len * 16, hint.rows * 16) - vc
-                    + grown(dc, data.len() + long, hint.bytes)
+                grown(
+                    vc,
+                    views.len() + len * 16,
+                    hint.rows * 16,
+                    hint.start_rows * 16,
+                ) - vc
+                    + grown(dc, data.len() + long, hint.bytes, hint.start_bytes)
                     - dc
                     + nulls_growth(nulls, has_nulls, len)
             }
@@ -256,7 +290,7 @@ impl OpenColumn {
             } => {
                 let bytes = fixed_bytes(array);
                 let w = *width;
-                ensure(values, len * w, hint.rows * w);
+                ensure(values, len * w, hint.rows * w, hint.start_rows * w);
                 values.extend_from_slice(&bytes[start * w..(start + len) * w]);
                 append_nulls(nulls, array, start, len);
             }
@@ -452,8 +486,14 @@ fn append_bytes<T: ByteArrayType>(
     let first = source[start].as_usize();
     let last = source[start + len].as_usize();
     let extra = if offsets.is_empty() { len + 1 } else { len };
-    ensure(offsets, extra * width, (hint.rows + 1) * width);
-    ensure(values, last - first, hint.bytes);
+    let first_offsets = (hint.start_rows + 1) * width;
+    ensure(
+        offsets,
+        extra * width,
+        (hint.rows + 1) * width,
+        first_offsets,
+    );
+    ensure(values, last - first, hint.bytes, hint.start_bytes);
     if offsets.is_empty() {
         offsets.push(T::Offset::usize_as(0));
     }
@@ -483,8 +523,8 @@ fn append_views<T: ByteViewType + ?Sized>(
             "an open view column would pass 4 GiB of data".into(),
         ));
     }
-    ensure(views, len * 16, hint.rows * 16);
-    ensure(data, long, hint.bytes);
+    ensure(views, len * 16, hint.rows * 16, hint.start_rows * 16);
+    ensure(data, long, hint.bytes, hint.start_bytes);
     let buffers = array.data_buffers();
     for &view in source {
         let length = view as u32;
