@@ -21,6 +21,7 @@
 //! times) regrows in two doublings instead of a dozen reallocations and copies from 64 bytes.
 //! Those allocations are made, and charged, only at the next append; the quarter keeps a
 //! just-spilled partition's unused capacity small.
+//!
 //! Data copied into an open batch has been validated by the schema check on write.
 
 mod column;
