@@ -240,8 +240,10 @@ impl OpenBatch {
     }
 }
 
+/// The fixed part of an open batch's charge: its struct, and per column the column and its
+/// entry in the batch's [`Start`].
 fn fixed_bytes(columns: usize) -> usize {
-    OPEN_BATCH_OVERHEAD + columns * OPEN_COLUMN_OVERHEAD
+    OPEN_BATCH_OVERHEAD + columns * (OPEN_COLUMN_OVERHEAD + std::mem::size_of::<usize>())
 }
 
 /// The growth limits and first sizes of column `i`.
