@@ -35,8 +35,8 @@
 //! `arrow-shards: interrupted by SIGINT; ...` and exits with 130 (143 for SIGTERM).
 
 /// The process's allocator: jemalloc, where it builds. With thousands of partitions the buffer
-/// makes and frees many small and medium buffers from two threads; glibc malloc then spends a
-/// third of the run in its free lists (docs/benchmarks.md, "Allocator"). The library leaves the
+/// makes and frees many small and medium buffers from two threads; glibc malloc then takes about
+/// a fifth of the run's CPU samples (docs/benchmarks.md, "Allocator"). The library leaves the
 /// choice to its embedder, as this binary does here.
 #[cfg(all(unix, not(target_env = "musl")))]
 #[global_allocator]

@@ -18,7 +18,7 @@
 //! ([`Start`]): its first allocations take a quarter of the rows (and of each column's
 //! variable-length bytes) the last cut batch held, so a partition that is spilled or cut again
 //! and again (4096 partitions under a small limit are cut at a few dozen KiB each, dozens of
-//! times) regrows in two doublings instead of a dozen reallocations and copies from 64 bytes.
+//! times) regrows in two doublings instead of six or more reallocations and copies from 64 bytes.
 //! Those allocations are made, and charged, only at the next append; the quarter keeps a
 //! just-spilled partition's unused capacity small.
 //!
