@@ -74,10 +74,11 @@ impl SpillOptions {
         self
     }
 
-    /// Target rows per IPC message: a segment's small batches are concatenated into batches of
-    /// this many rows before encoding, so 100-row shards do not become 100-row messages (each
-    /// message costs its metadata, padding and a decode step). Batches of at least half this
-    /// size are written as they are. `0` turns coalescing off: every batch, including empty
+    /// Target rows per IPC message: a segment's consecutive small batches are concatenated
+    /// into batches of at most this many rows before encoding, so 100-row shards do not become
+    /// 100-row messages (each message costs its metadata, padding and a decode step). Batches
+    /// of at least half this size, and a small batch with no small neighbour, are written as
+    /// they are. `0` turns coalescing off: every batch, including empty
     /// ones, becomes one message and batch boundaries are kept. Default: 8192.
     pub fn with_coalesce_rows(mut self, rows: usize) -> Self {
         self.coalesce_rows = rows;

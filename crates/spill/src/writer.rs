@@ -4,7 +4,7 @@
 //! batch by batch straight into the file (small pieces through a reused write buffer, a large
 //! batch's pieces from where they are with vectored writes), then the trailer with the CRC32C
 //! accumulated on the way. Memory beyond the caller's batches is one
-//! coalesced batch, the encoder's output for one batch and the write buffer.
+//! concatenated group of small batches, the encoder's output for one batch and the write buffer.
 //!
 //! Failure policy: a run is all or nothing. After an error while writing (I/O, encoding) the
 //! writer refuses further appends, `finish` returns an error, and dropping the writer removes
@@ -21,7 +21,6 @@ use std::time::Instant;
 use arrow_array::RecordBatch;
 use arrow_ipc::writer::{IpcWriteOptions, StreamEncoder};
 use arrow_schema::{ArrowError, SchemaRef};
-use arrow_select::coalesce::BatchCoalescer;
 use arrow_shards_memory::AllocationSet;
 use arrow_shards_memory::sizing::batch_allocations;
 
@@ -332,7 +331,15 @@ impl<'a> SegmentWrite<'a> {
         })
     }
 
-    /// Writes `batches` in order, coalesced to `coalesce_rows` rows (0: each as it is).
+    /// Writes `batches` in order, small ones concatenated into batches of at most
+    /// `coalesce_rows` rows (0: each as it is).
+    ///
+    /// A batch of at least half the target is written as it is; consecutive smaller ones are
+    /// gathered greedily into groups of at most the target and each group of two or more is
+    /// concatenated (exact-size buffers). A lone small batch is written as it is: no copy.
+    /// (arrow-select's `BatchCoalescer` allocated its full target per column for each
+    /// segment and copied even a lone batch; with thousands of partitions a segment is
+    /// usually one cut open batch of a few hundred rows.)
     fn write_batches(
         &mut self,
         batches: &[RecordBatch],
@@ -342,25 +349,36 @@ impl<'a> SegmentWrite<'a> {
         if coalesce_rows == 0 {
             return batches.iter().try_for_each(|batch| self.emit(batch));
         }
-        let mut coalescer = BatchCoalescer::new(Arc::clone(schema), coalesce_rows)
-            .with_biggest_coalesce_batch_size(Some(coalesce_rows / 2));
+        let mut group: Vec<&RecordBatch> = Vec::new();
+        let mut rows = 0;
         for batch in batches {
-            coalescer
-                .push_batch(batch.clone())
-                .map_err(|e| arrow_error(self.open, e))?;
-            self.emit_completed(&mut coalescer)?;
+            let n = batch.num_rows();
+            if n >= coalesce_rows / 2 || rows + n > coalesce_rows {
+                self.emit_group(&group, schema)?;
+                group.clear();
+                rows = 0;
+            }
+            if n >= coalesce_rows / 2 {
+                self.emit(batch)?;
+            } else {
+                group.push(batch);
+                rows += n;
+            }
         }
-        coalescer
-            .finish_buffered_batch()
-            .map_err(|e| arrow_error(self.open, e))?;
-        self.emit_completed(&mut coalescer)
+        self.emit_group(&group, schema)
     }
 
-    fn emit_completed(&mut self, coalescer: &mut BatchCoalescer) -> Result<(), SpillError> {
-        while let Some(batch) = coalescer.next_completed_batch() {
-            self.emit(&batch)?;
+    /// Writes `group` as one batch: itself if it is one, concatenated if more.
+    fn emit_group(&mut self, group: &[&RecordBatch], schema: &SchemaRef) -> Result<(), SpillError> {
+        match group {
+            [] => Ok(()),
+            [batch] => self.emit(batch),
+            _ => {
+                let batch = arrow_select::concat::concat_batches(schema, group.iter().copied())
+                    .map_err(|e| arrow_error(self.open, e))?;
+                self.emit(&batch)
+            }
         }
-        Ok(())
     }
 
     /// Encodes one batch (its wasteful view arrays compacted first) and writes it.

@@ -91,9 +91,39 @@ fn coalescing_turns_small_shards_into_target_sized_messages() {
     let segment = writer.finish().unwrap().remove(0);
     let read = segment.read().unwrap();
     let sizes: Vec<usize> = read.iter().map(|b| b.num_rows()).collect();
-    assert_eq!(sizes, vec![4096, 4096, 1808]);
+    // greedy groups of at most 4096 rows: 40 shards each
+    assert_eq!(sizes, vec![4000, 4000, 2000]);
     assert_eq!(segment.batches(), 3);
     assert_eq!(concat(&schema, &read), concat(&schema, &shards));
+}
+
+#[test]
+fn batches_of_half_the_target_pass_through_and_split_the_groups() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = SpillDir::create(root.path()).unwrap();
+    let mut start = 0;
+    let batches: Vec<RecordBatch> = [100, 3000, 2048, 100, 0, 100, 2047, 2047]
+        .into_iter()
+        .map(|rows| {
+            let batch = ints_and_strings(start, rows);
+            start += rows as i64;
+            batch
+        })
+        .collect();
+    let schema = batches[0].schema();
+    let mut writer = dir.run_writer(
+        Arc::clone(&schema),
+        SpillOptions::default().with_coalesce_rows(4096),
+    );
+    writer.append(1, &batches).unwrap();
+    let segment = writer.finish().unwrap().remove(0);
+    let read = segment.read().unwrap();
+    let sizes: Vec<usize> = read.iter().map(|b| b.num_rows()).collect();
+    // 100 alone; 3000 and 2048 (>= 2048) as they are; 100 + 0 + 100 + 2047 (2247 rows) in one
+    // batch; the last 2047 would pass 4096, so it starts a group of its own
+    assert_eq!(sizes, vec![100, 3000, 2048, 2247, 2047]);
+    assert_eq!(segment.batches(), 5);
+    assert_eq!(concat(&schema, &read), concat(&schema, &batches));
 }
 
 #[test]
