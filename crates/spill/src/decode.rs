@@ -1,6 +1,9 @@
 //! Verifying and decoding one segment's bytes, without I/O of its own: the bytes come from a
 //! [`Source`], a run file (`read.rs`) or a slice in memory (the fuzz targets, tests).
 //!
+//! A segment of up to 256 KiB (`READ_WHOLE`) is first read whole, with one positioned read,
+//! and both passes below run over that copy in memory. A larger one is read piece by piece.
+//!
 //! Two passes over the bytes:
 //!
 //! 1. Verify: walk the whole segment through a small reused buffer, checking the frame, every
@@ -116,6 +119,30 @@ fn corrupt(reason: impl Into<String>) -> Fault {
 /// Verifies segment `expected` in `source`, then decodes it: the segment's batches, re-labelled
 /// with the run's schema.
 pub(crate) fn decode_segment<S: Source + ?Sized>(
+    source: &S,
+    expected: &IndexEntry,
+) -> Result<Vec<RecordBatch>, Fault> {
+    if expected.len <= READ_WHOLE {
+        // At most READ_WHOLE bytes: the same bound as the verifying pass's scratch buffer.
+        let len = expected.len as usize;
+        let mut bytes = Vec::with_capacity(len);
+        bytes.resize(len, 0); // a memset, not a zeroed allocation (see `decode_messages`)
+        source.read_at(&mut bytes, expected.offset)?;
+        let in_memory = IndexEntry {
+            offset: 0,
+            ..expected.clone()
+        };
+        return verify_and_decode(&bytes[..], &in_memory);
+    }
+    verify_and_decode(source, expected)
+}
+
+/// A segment of at most this many bytes is read with one positioned read, then verified and
+/// decoded from memory: with thousands of partitions segments are a few dozen KiB, and reading
+/// each message's pieces with their own system calls, twice, cost more than the copy.
+const READ_WHOLE: u64 = SCRATCH as u64;
+
+fn verify_and_decode<S: Source + ?Sized>(
     source: &S,
     expected: &IndexEntry,
 ) -> Result<Vec<RecordBatch>, Fault> {

@@ -1,8 +1,9 @@
 //! Reading a segment back from its run file: the I/O around the I/O-free verifier and decoder
 //! of `decode.rs`.
 //!
-//! One file descriptor per read: open the file (`O_NOFOLLOW`), let the decoder make its two
-//! passes over it with positioned reads, close it. Counts the read in the directory's metrics.
+//! One file descriptor per read: open the file (`O_NOFOLLOW`), let the decoder read it with
+//! positioned reads (a segment of up to 256 KiB in one read, a larger one piece by piece in two
+//! passes), close it. Counts the read in the directory's metrics.
 
 use std::fs::File;
 use std::io;

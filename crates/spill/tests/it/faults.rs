@@ -134,7 +134,8 @@ fn a_read_error_is_io_not_corrupt_and_the_segment_stays_readable() {
     let batch = ints_and_strings(0, 10);
     let segments = spill_one(&dir, &batch);
     dir.set_fault_plan(
-        FaultPlan::new().fail_nth(FsOp::Read, 3, || io::Error::from_raw_os_error(5)),
+        // a small segment is read with one positioned read
+        FaultPlan::new().fail_nth(FsOp::Read, 1, || io::Error::from_raw_os_error(5)),
     );
     assert!(matches!(segments[0].read(), Err(SpillError::Io { .. })));
     assert_eq!(segments[0].read().unwrap(), vec![batch]);
