@@ -71,18 +71,66 @@ pub(crate) enum OpenColumn {
     Pieces { pieces: Vec<ArrayRef>, bytes: usize },
 }
 
+impl Hint {
+    /// The sizing of a buffer of `width` bytes per row (values, views).
+    fn per_row(self, width: usize) -> Sizing {
+        Sizing {
+            limit: self.rows * width,
+            first: self.start_rows * width,
+        }
+    }
+
+    /// The sizing of an offsets buffer of `width`-byte offsets (one more than the rows).
+    fn offsets(self, width: usize) -> Sizing {
+        Sizing {
+            limit: (self.rows + 1) * width,
+            first: (self.start_rows + 1) * width,
+        }
+    }
+
+    /// The sizing of a variable-length data buffer.
+    fn var_data(self) -> Sizing {
+        Sizing {
+            limit: self.bytes,
+            first: self.start_bytes,
+        }
+    }
+}
+
+/// How one buffer of an open column grows: what [`OpenColumn::growth`] predicts and
+/// [`ensure`] makes come from the same `Sizing`, so the charge is exact.
+#[derive(Debug, Clone, Copy)]
+struct Sizing {
+    /// Capacity the buffer doubles up to (unless one append needs more).
+    limit: usize,
+    /// Capacity of its first allocation, at least.
+    first: usize,
+}
+
 /// New capacity of a buffer of capacity `cap` that must hold `required` bytes: double, at
-/// least `first` for the first allocation, at most `hint` unless `required` is more.
-fn grown(cap: usize, required: usize, hint: usize, first: usize) -> usize {
+/// least `sizing.first` for the first allocation, at most `sizing.limit` unless `required` is
+/// more.
+fn grown(cap: usize, required: usize, sizing: Sizing) -> usize {
     if required <= cap {
         return cap;
     }
-    let least = if cap == 0 { first } else { 0 };
+    let least = if cap == 0 { sizing.first } else { 0 };
     let doubled = (2 * cap)
         .max(MIN_CAPACITY)
         .max(least)
-        .min(hint.max(required));
+        .min(sizing.limit.max(required));
     round_up_64(required.max(doubled))
+}
+
+/// Bytes [`ensure`] would add to `buffer`'s capacity for `additional` more bytes.
+fn growth_of(buffer: &MutableBuffer, additional: usize, sizing: Sizing) -> usize {
+    let cap = buffer.capacity();
+    grown(cap, buffer.len() + additional, sizing) - cap
+}
+
+/// Bytes an offsets buffer takes for `len` more rows (the first append also writes offset 0).
+fn offsets_needed(offsets: &MutableBuffer, len: usize, width: usize) -> usize {
+    (if offsets.is_empty() { len + 1 } else { len }) * width
 }
 
 fn round_up_64(n: usize) -> usize {
@@ -90,9 +138,9 @@ fn round_up_64(n: usize) -> usize {
 }
 
 /// Grows `buffer` so it can take `additional` more bytes, to exactly the capacity [`grown`] says.
-fn ensure(buffer: &mut MutableBuffer, additional: usize, hint: usize, first: usize) {
+fn ensure(buffer: &mut MutableBuffer, additional: usize, sizing: Sizing) {
     let required = buffer.len() + additional;
-    let cap = grown(buffer.capacity(), required, hint, first);
+    let cap = grown(buffer.capacity(), required, sizing);
     if cap > buffer.capacity() {
         let mut larger = MutableBuffer::with_capacity(cap);
         larger.extend_from_slice(buffer.as_slice());
@@ -209,16 +257,7 @@ impl OpenColumn {
                 width: w,
                 values,
                 nulls,
-            } => {
-                let cap = values.capacity();
-                grown(
-                    cap,
-                    values.len() + len * w,
-                    hint.rows * w,
-                    hint.start_rows * w,
-                ) - cap
-                    + nulls_growth(nulls, has_nulls, len)
-            }
+            } => growth_of(values, len * w, hint.per_row(*w)) + nulls_growth(nulls, has_nulls, len),
             OpenColumn::Boolean { values, nulls } => {
                 // BooleanBufferBuilder doubles its byte buffer itself.
                 let needed = (values.len() + len).div_ceil(8);
@@ -238,30 +277,17 @@ impl OpenColumn {
             } => {
                 let width = if *large { 8 } else { 4 };
                 let value_bytes = byte_range_len(array, start, len);
-                let (oc, vc) = (offsets.capacity(), values.capacity());
-                let extra_offsets = if offsets.is_empty() { len + 1 } else { len } * width;
-                let first_offsets = (hint.start_rows + 1) * width;
-                grown(
-                    oc,
-                    offsets.len() + extra_offsets,
-                    (hint.rows + 1) * width,
-                    first_offsets,
-                ) - oc
-                    + grown(vc, values.len() + value_bytes, hint.bytes, hint.start_bytes)
-                    - vc
+                growth_of(
+                    offsets,
+                    offsets_needed(offsets, len, width),
+                    hint.offsets(width),
+                ) + growth_of(values, value_bytes, hint.var_data())
                     + nulls_growth(nulls, has_nulls, len)
             }
             OpenColumn::Views { views, data, nulls } => {
                 let long = long_view_bytes(array, start, len);
-                let (vc, dc) = (views.capacity(), data.capacity());
-                grown(
-                    vc,
-                    views.len() + len * 16,
-                    hint.rows * 16,
-                    hint.start_rows * 16,
-                ) - vc
-                    + grown(dc, data.len() + long, hint.bytes, hint.start_bytes)
-                    - dc
+                growth_of(views, len * 16, hint.per_row(16))
+                    + growth_of(data, long, hint.var_data())
                     + nulls_growth(nulls, has_nulls, len)
             }
             OpenColumn::Pieces { .. } => {
@@ -290,7 +316,7 @@ impl OpenColumn {
             } => {
                 let bytes = fixed_bytes(array);
                 let w = *width;
-                ensure(values, len * w, hint.rows * w, hint.start_rows * w);
+                ensure(values, len * w, hint.per_row(w));
                 values.extend_from_slice(&bytes[start * w..(start + len) * w]);
                 append_nulls(nulls, array, start, len);
             }
@@ -485,15 +511,12 @@ fn append_bytes<T: ByteArrayType>(
     let source = array.value_offsets();
     let first = source[start].as_usize();
     let last = source[start + len].as_usize();
-    let extra = if offsets.is_empty() { len + 1 } else { len };
-    let first_offsets = (hint.start_rows + 1) * width;
     ensure(
         offsets,
-        extra * width,
-        (hint.rows + 1) * width,
-        first_offsets,
+        offsets_needed(offsets, len, width),
+        hint.offsets(width),
     );
-    ensure(values, last - first, hint.bytes, hint.start_bytes);
+    ensure(values, last - first, hint.var_data());
     if offsets.is_empty() {
         offsets.push(T::Offset::usize_as(0));
     }
@@ -523,8 +546,8 @@ fn append_views<T: ByteViewType + ?Sized>(
             "an open view column would pass 4 GiB of data".into(),
         ));
     }
-    ensure(views, len * 16, hint.rows * 16, hint.start_rows * 16);
-    ensure(data, long, hint.bytes, hint.start_bytes);
+    ensure(views, len * 16, hint.per_row(16));
+    ensure(data, long, hint.var_data());
     let buffers = array.data_buffers();
     for &view in source {
         let length = view as u32;
