@@ -125,14 +125,15 @@ pub(crate) fn decode_segment<S: Source + ?Sized>(
     if expected.len <= READ_WHOLE {
         // At most READ_WHOLE bytes: the same bound as the verifying pass's scratch buffer.
         let len = expected.len as usize;
-        let mut bytes = Vec::with_capacity(len);
-        bytes.resize(len, 0); // a memset, not a zeroed allocation (see `decode_messages`)
-        source.read_at(&mut bytes, expected.offset)?;
+        // a memset, not a zeroed allocation (see `decode_messages`)
+        let mut bytes = MutableBuffer::with_capacity(len);
+        bytes.resize(len, 0);
+        source.read_at(bytes.as_slice_mut(), expected.offset)?;
         let in_memory = IndexEntry {
             offset: 0,
             ..expected.clone()
         };
-        return verify_and_decode(&bytes[..], &in_memory);
+        return verify_and_decode(bytes.as_slice(), &in_memory);
     }
     verify_and_decode(source, expected)
 }
