@@ -334,9 +334,10 @@ impl<'a> SegmentWrite<'a> {
     /// Writes `batches` in order, small ones concatenated into batches of at most
     /// `coalesce_rows` rows (0: each as it is).
     ///
-    /// A batch of at least half the target is written as it is; consecutive smaller ones are
-    /// gathered greedily into groups of at most the target and each group of two or more is
-    /// concatenated (exact-size buffers). A lone small batch is written as it is: no copy.
+    /// Empty batches are left out. A batch of at least half the target is written as it is;
+    /// consecutive smaller ones are gathered greedily into groups of at most the target and
+    /// each group of two or more is concatenated (exact-size buffers). A lone small batch is
+    /// written as it is: no copy.
     /// (arrow-select's `BatchCoalescer` allocated its full target per column for each
     /// segment and copied even a lone batch; with thousands of partitions a segment is
     /// usually one cut open batch of a few hundred rows.)
@@ -353,6 +354,9 @@ impl<'a> SegmentWrite<'a> {
         let mut rows = 0;
         for batch in batches {
             let n = batch.num_rows();
+            if n == 0 {
+                continue; // coalescing writes no empty messages
+            }
             if n >= coalesce_rows / 2 || rows + n > coalesce_rows {
                 self.emit_group(&group, schema)?;
                 group.clear();
