@@ -229,10 +229,13 @@ impl ShardBufferBuilder {
         self
     }
 
-    /// Compression of spilled data.
+    /// Compression of spilled data. Only segments of at least 1 MiB in memory are compressed
+    /// (`SpillOptions::with_compress_min_bytes`): arrow-ipc frames each buffer, and on small
+    /// segments the frames cost more than they save.
     ///
-    /// Default: [`Compression::None`] (compression is slower than this project's disks; see
-    /// `docs/benchmarks.md`).
+    /// Default: [`Compression::None`]. LZ4 was the faster choice for the CLI's SF 1 shuffle
+    /// when it spilled much (64 partitions under 256 MiB: ~30% faster on this project's
+    /// machine); not the default until that holds on a quiet machine (`docs/benchmarks.md`).
     pub fn with_compression(mut self, compression: Compression) -> Self {
         self.spill_options = self.spill_options.with_compression(compression);
         self

@@ -88,6 +88,8 @@ pub(crate) struct ShuffleArgs {
     pub(crate) no_spill: bool,
 
     /// Compression of spilled data (the buffer's spill files; see --compression for the output).
+    /// Only segments of at least 1 MiB are compressed; smaller ones (many partitions under a
+    /// small limit) are written as they are.
     #[arg(long, value_enum, value_name = "CODEC", default_value_t = CompressionArg::None)]
     pub(crate) spill_compression: CompressionArg,
 
@@ -139,9 +141,10 @@ pub(crate) struct ShuffleArgs {
 /// `--spill-compression`: how the buffer compresses what it spills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum CompressionArg {
-    /// No compression (fastest here: compression is slower than this disk).
+    /// No compression.
     None,
-    /// LZ4 frame compression.
+    /// LZ4 frame compression (on this project's machine the faster choice when a run spills
+    /// much to disk: docs/benchmarks.md).
     Lz4,
     /// Zstandard, level 1.
     Zstd,

@@ -116,7 +116,10 @@ pub use error::{SpillError, is_disk_full};
 #[cfg(any(test, feature = "test-utils"))]
 pub use fs::{FaultPlan, FsOp};
 pub use metrics::SpillMetrics;
-pub use options::{Compression, DEFAULT_COALESCE_ROWS, DEFAULT_MAX_FILE_BYTES, SpillOptions};
+pub use options::{
+    Compression, DEFAULT_COALESCE_ROWS, DEFAULT_COMPRESS_MIN_BYTES, DEFAULT_MAX_FILE_BYTES,
+    SpillOptions,
+};
 pub use panic::panic_message;
 pub use schema::{SchemaMismatch, check_schema, conform_batch};
 pub use segment::SegmentRef;

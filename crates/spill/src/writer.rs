@@ -24,7 +24,6 @@ use arrow_schema::{ArrowError, SchemaRef};
 use arrow_shards_memory::AllocationSet;
 use arrow_shards_memory::sizing::batch_allocations;
 
-use crate::SpillOptions;
 use crate::decode::IndexEntry;
 use crate::dir::SpillDir;
 use crate::error::{SpillError, io_error};
@@ -33,6 +32,7 @@ use crate::metrics::{add, add_time};
 use crate::schema::conform_batch;
 use crate::segment::{RunFile, SegmentInner, SegmentRef};
 use crate::views::compact_views;
+use crate::{Compression, SpillOptions};
 
 /// Bytes gathered before a `write` call; larger pieces are written directly.
 const WRITE_BUFFER: usize = 256 * 1024;
@@ -255,8 +255,24 @@ impl RunWriter {
     ) -> Result<SegmentRef, SpillError> {
         let memory_bytes = distinct_bytes(batches);
         let schema = Arc::clone(&self.schema);
+        // a small segment is written uncompressed (`SpillOptions::with_compress_min_bytes`)
+        let compress = memory_bytes >= self.options.compress_min_bytes();
+        let ipc_options = if compress {
+            ipc_options
+        } else {
+            ipc_options
+                .try_with_compression(None)
+                .map_err(|e| SpillError::InvalidOptions {
+                    dir: self.dir.path().to_path_buf(),
+                    reason: e.to_string(),
+                })?
+        };
         let header = Header {
-            compression: self.options.compression().code(),
+            compression: if compress {
+                self.options.compression().code()
+            } else {
+                Compression::None.code()
+            },
             partition,
         };
         let coalesce_rows = self.options.coalesce_rows();

@@ -23,6 +23,7 @@ fn small_run(
         .collect();
     let options = SpillOptions::default()
         .with_compression(compression)
+        .with_compress_min_bytes(0)
         .with_coalesce_rows(0);
     let mut writer = dir.run_writer(schema, options);
     for (partition, batches) in inputs.iter().enumerate() {

@@ -38,7 +38,7 @@ proptest! {
         let compression = [Compression::None, Compression::Lz4, Compression::Zstd { level: 1 }][codec];
         let root = tempfile::tempdir().unwrap();
         let dir = SpillDir::create(root.path()).unwrap();
-        let options = SpillOptions::default().with_compression(compression).with_coalesce_rows(coalesce);
+        let options = SpillOptions::default().with_compression(compression).with_compress_min_bytes(0).with_coalesce_rows(coalesce);
         let mut writer = dir.run_writer(Arc::clone(&schema), options);
         // the same batches as two partitions, the second reversed
         writer.append(1, &batches).unwrap();

@@ -62,6 +62,7 @@ fn every_type_round_trips_with_every_codec() {
         for coalesce in [0, 8192] {
             let options = SpillOptions::default()
                 .with_compression(compression)
+                .with_compress_min_bytes(0)
                 .with_coalesce_rows(coalesce);
             let mut writer = dir.run_writer(Arc::clone(&schema), options);
             writer.append(0, &batches).unwrap();
@@ -261,4 +262,33 @@ fn invalid_zstd_level_is_reported_on_append() {
         matches!(error, arrow_shards_spill::SpillError::InvalidOptions { .. }),
         "{error}"
     );
+}
+
+#[test]
+fn segments_under_the_compression_threshold_are_written_uncompressed() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = SpillDir::create(root.path()).unwrap();
+    let small = ints_and_strings(0, 10);
+    let large = ints_and_strings(10, 20_000);
+    let options = SpillOptions::default()
+        .with_compression(Compression::Lz4)
+        .with_compress_min_bytes(large.get_array_memory_size() / 2);
+    let mut writer = dir.run_writer(small.schema(), options);
+    writer.append(0, std::slice::from_ref(&small)).unwrap();
+    writer.append(1, std::slice::from_ref(&large)).unwrap();
+    let segments = writer.finish().unwrap();
+    let codec = |segment: &arrow_shards_spill::SegmentRef| {
+        let bytes = std::fs::read(segment.path()).unwrap();
+        let at = segment.offset() as usize + 10; // the header's compression field
+        u16::from_le_bytes([bytes[at], bytes[at + 1]])
+    };
+    assert_eq!(
+        codec(&segments[0]),
+        0,
+        "the small segment is not compressed"
+    );
+    assert_eq!(codec(&segments[1]), 1, "the large one is (LZ4)");
+    assert!(segments[1].len() < large.get_array_memory_size() as u64 / 2);
+    assert_eq!(segments[0].read().unwrap(), vec![small]);
+    assert_eq!(concat(&large.schema(), &segments[1].read().unwrap()), large);
 }
