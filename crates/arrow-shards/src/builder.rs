@@ -233,9 +233,10 @@ impl ShardBufferBuilder {
     /// (`SpillOptions::with_compress_min_bytes`): arrow-ipc frames each buffer, and on small
     /// segments the frames cost more than they save.
     ///
-    /// Default: [`Compression::None`]. LZ4 was the faster choice for the CLI's SF 1 shuffle
-    /// when it spilled much (64 partitions under 256 MiB: ~30% faster on this project's
-    /// machine); not the default until that holds on a quiet machine (`docs/benchmarks.md`).
+    /// Default: [`Compression::None`]. LZ4 made the CLI's SF 1 shuffle faster while it spilled
+    /// much to a slow disk (64 partitions under 256 MiB: 2.57 against 3.64 s) and slower when
+    /// the same disk was fast (2.67 against 2.28 s), on this project's machine
+    /// (`docs/benchmarks.md`).
     pub fn with_compression(mut self, compression: Compression) -> Self {
         self.spill_options = self.spill_options.with_compression(compression);
         self

@@ -143,8 +143,8 @@ pub(crate) struct ShuffleArgs {
 pub(crate) enum CompressionArg {
     /// No compression.
     None,
-    /// LZ4 frame compression (on this project's machine the faster choice when a run spills
-    /// much to disk: docs/benchmarks.md).
+    /// LZ4 frame compression (faster than none when the run spills much to a slow disk,
+    /// slower on a fast one: docs/benchmarks.md).
     Lz4,
     /// Zstandard, level 1.
     Zstd,

@@ -82,9 +82,9 @@ impl SpillOptions {
     /// written uncompressed (its header and messages say so; readers need nothing). arrow-ipc
     /// compresses each buffer in a frame of its own, and on small segments (thousands of
     /// partitions under a small limit: a few hundred rows each) the frames cost more than they
-    /// save. `0` compresses every segment. Default: 1 MiB (SF 1 lineitem on this project's
-    /// machine: LZ4 for every segment made a 4096-partition shuffle ~15% slower, LZ4 from
-    /// 1 MiB made the 64-partition one ~30% faster and the 4096-partition one no slower;
+    /// save. `0` compresses every segment. Default: 1 MiB (the CLI's SF 1 shuffle under
+    /// 256 MiB on this project's machine: with LZ4 on every segment the 4096-partition run
+    /// took 27-40% longer than with LZ4 from 1 MiB, which was no slower at 64 partitions;
     /// docs/benchmarks.md).
     pub fn with_compress_min_bytes(mut self, bytes: usize) -> Self {
         self.compress_min_bytes = bytes;
