@@ -83,19 +83,32 @@ fn coalescing_turns_small_shards_into_target_sized_messages() {
     let root = tempfile::tempdir().unwrap();
     let dir = SpillDir::create(root.path()).unwrap();
     let shards: Vec<RecordBatch> = (0..100).map(|i| ints_and_strings(i * 100, 100)).collect();
-    let schema = shards[0].schema();
-    let mut writer = dir.run_writer(
-        Arc::clone(&schema),
-        SpillOptions::default().with_coalesce_rows(4096),
-    );
-    writer.append(1, &shards).unwrap();
-    let segment = writer.finish().unwrap().remove(0);
-    let read = segment.read().unwrap();
-    let sizes: Vec<usize> = read.iter().map(|b| b.num_rows()).collect();
+    let (sizes, messages) = coalesced_sizes(&dir, &shards, 4096);
     // greedy groups of at most 4096 rows: 40 shards each
     assert_eq!(sizes, vec![4000, 4000, 2000]);
-    assert_eq!(segment.batches(), 3);
-    assert_eq!(concat(&schema, &read), concat(&schema, &shards));
+    assert_eq!(messages, 3);
+}
+
+/// Writes `batches` as one segment coalesced to `coalesce_rows`, reads it back and checks it
+/// holds the same rows; the rows of each batch read, and the segment's message count.
+fn coalesced_sizes(
+    dir: &Arc<SpillDir>,
+    batches: &[RecordBatch],
+    coalesce_rows: usize,
+) -> (Vec<usize>, u64) {
+    let schema = batches[0].schema();
+    let mut writer = dir.run_writer(
+        Arc::clone(&schema),
+        SpillOptions::default().with_coalesce_rows(coalesce_rows),
+    );
+    writer.append(1, batches).unwrap();
+    let segment = writer.finish().unwrap().remove(0);
+    let read = segment.read().unwrap();
+    assert_eq!(concat(&schema, &read), concat(&schema, batches));
+    (
+        read.iter().map(|b| b.num_rows()).collect(),
+        segment.batches(),
+    )
 }
 
 #[test]
@@ -111,20 +124,11 @@ fn batches_of_half_the_target_pass_through_and_split_the_groups() {
             batch
         })
         .collect();
-    let schema = batches[0].schema();
-    let mut writer = dir.run_writer(
-        Arc::clone(&schema),
-        SpillOptions::default().with_coalesce_rows(4096),
-    );
-    writer.append(1, &batches).unwrap();
-    let segment = writer.finish().unwrap().remove(0);
-    let read = segment.read().unwrap();
-    let sizes: Vec<usize> = read.iter().map(|b| b.num_rows()).collect();
+    let (sizes, messages) = coalesced_sizes(&dir, &batches, 4096);
     // 100 alone; 3000 and 2048 (>= 2048) as they are; 100 + 0 + 100 + 2047 (2247 rows) in one
     // batch; the last 2047 would pass 4096, so it starts a group of its own
     assert_eq!(sizes, vec![100, 3000, 2048, 2247, 2047]);
-    assert_eq!(segment.batches(), 5);
-    assert_eq!(concat(&schema, &read), concat(&schema, &batches));
+    assert_eq!(messages, 5);
 }
 
 #[test]
