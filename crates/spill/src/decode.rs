@@ -2,7 +2,8 @@
 //! [`Source`], a run file (`read.rs`) or a slice in memory (the fuzz targets, tests).
 //!
 //! A segment of up to 256 KiB (`READ_WHOLE`) is first read whole, with one positioned read,
-//! and both passes below run over that copy in memory. A larger one is read piece by piece.
+//! and both passes below run over that copy in memory (the first checksums the bodies where
+//! they are, without the scratch buffer). A larger one is read piece by piece.
 //!
 //! Two passes over the bytes:
 //!
@@ -44,20 +45,27 @@ use crate::schema::{check_schema, conform_batch};
 pub(crate) trait Source {
     /// Fills `buf` with the run file's bytes at `offset`; past the end gives `UnexpectedEof`.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// The `len` bytes at `offset` without a copy, where the source holds them in memory;
+    /// `None` otherwise (a file, or a range past the end, which `read_at` then reports).
+    fn bytes_at(&self, _offset: u64, _len: usize) -> Option<&[u8]> {
+        None
+    }
 }
 
 /// The bytes of a whole run file, in memory.
 impl Source for [u8] {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let range = usize::try_from(offset)
-            .ok()
-            .and_then(|start| Some(start..start.checked_add(buf.len())?))
-            .filter(|range| range.end <= self.len());
-        let Some(range) = range else {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        };
-        buf.copy_from_slice(&self[range]);
+        let bytes = self
+            .bytes_at(offset, buf.len())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(bytes);
         Ok(())
+    }
+
+    fn bytes_at(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(offset).ok()?;
+        self.get(start..start.checked_add(len)?)
     }
 }
 
@@ -344,12 +352,20 @@ impl<S: Source + ?Sized> Walk<'_, S> {
     /// segment's CRC.
     fn skip_body(&mut self, body_len: u64) -> Result<(), Fault> {
         let mut left = body_len;
+        let source = self.source;
         while left > 0 {
             let n = left.min(SCRATCH as u64) as usize;
-            self.scratch.resize(n, 0);
-            self.source
-                .read_at(&mut self.scratch[..n], self.start + self.pos)?;
-            self.crc = crc32c::crc32c_append(self.crc, &self.scratch[..n]);
+            let at = self.start + self.pos;
+            // in memory (a segment read whole): checksummed where it is, not copied first
+            let bytes = match source.bytes_at(at, n) {
+                Some(bytes) => bytes,
+                None => {
+                    self.scratch.resize(n, 0);
+                    source.read_at(&mut self.scratch[..n], at)?;
+                    &self.scratch[..n]
+                }
+            };
+            self.crc = crc32c::crc32c_append(self.crc, bytes);
             self.pos += n as u64;
             left -= n as u64;
         }
