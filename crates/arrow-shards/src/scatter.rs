@@ -11,8 +11,9 @@
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_select::take::take_record_batch;
 
+use crate::compact::Direct;
 use crate::error::Error;
-use crate::shard::Scattered;
+use crate::shard::{Grouped, Scattered};
 
 /// The partition of each row of a scatter write: a `UInt32Array` (no nulls) or a `&[u32]`.
 #[derive(Debug, Clone, Copy)]
@@ -62,43 +63,8 @@ impl RowsByPartition {
     /// Checks `ids` (one per row of a `rows`-row batch, no nulls, each below `num_partitions`)
     /// and groups the rows by partition.
     pub fn new(ids: PartitionIds<'_>, rows: usize, num_partitions: u32) -> Result<Self, Error> {
-        let ids = match ids {
-            PartitionIds::Array(array) => {
-                if let Some(nulls) = array.nulls().filter(|n| n.null_count() > 0) {
-                    let row = nulls.iter().position(|valid| !valid).unwrap_or(0);
-                    return Err(Error::NullPartitionId { row });
-                }
-                &array.values()[..]
-            }
-            PartitionIds::Slice(ids) => ids,
-        };
-        if ids.len() != rows {
-            let ids = ids.len();
-            return Err(Error::PartitionIdsLength { rows, ids });
-        }
-        let mut counts = vec![0usize; num_partitions as usize];
-        for (row, &id) in ids.iter().enumerate() {
-            match counts.get_mut(id as usize) {
-                Some(count) => *count += 1,
-                None => {
-                    return Err(Error::PartitionIdOutOfRange {
-                        row,
-                        partition: id,
-                        num_partitions,
-                    });
-                }
-            }
-        }
-        let mut ranges = Vec::new();
-        let mut starts = vec![0usize; num_partitions as usize];
-        let mut next = 0;
-        for (partition, &count) in counts.iter().enumerate() {
-            starts[partition] = next;
-            if count > 0 {
-                ranges.push((partition as u32, next, count));
-            }
-            next += count;
-        }
+        let (ids, counts) = count(ids, rows, num_partitions)?;
+        let (ranges, mut starts) = ranges_of(&counts);
         if ranges.len() <= 1 {
             // Every row goes to one partition (or there are none): no reordering.
             return Ok(Self {
@@ -106,14 +72,8 @@ impl RowsByPartition {
                 ranges,
             });
         }
-        let mut order = vec![0u32; rows];
-        for (row, &id) in ids.iter().enumerate() {
-            let slot = &mut starts[id as usize];
-            order[*slot] = row as u32;
-            *slot += 1;
-        }
         Ok(Self {
-            order: Some(order),
+            order: Some(order_of(ids, &mut starts)),
             ranges,
         })
     }
@@ -131,30 +91,113 @@ impl RowsByPartition {
     }
 }
 
+/// Checks `ids` against a `rows`-row batch and `num_partitions`, and counts the rows of each
+/// partition: the ids as a slice, and one count per partition.
+fn count<'a>(
+    ids: PartitionIds<'a>,
+    rows: usize,
+    num_partitions: u32,
+) -> Result<(&'a [u32], Vec<usize>), Error> {
+    let ids = match ids {
+        PartitionIds::Array(array) => {
+            if let Some(nulls) = array.nulls().filter(|n| n.null_count() > 0) {
+                let row = nulls.iter().position(|valid| !valid).unwrap_or(0);
+                return Err(Error::NullPartitionId { row });
+            }
+            &array.values()[..]
+        }
+        PartitionIds::Slice(ids) => ids,
+    };
+    if ids.len() != rows {
+        let ids = ids.len();
+        return Err(Error::PartitionIdsLength { rows, ids });
+    }
+    let mut counts = vec![0usize; num_partitions as usize];
+    for (row, &id) in ids.iter().enumerate() {
+        match counts.get_mut(id as usize) {
+            Some(count) => *count += 1,
+            None => {
+                return Err(Error::PartitionIdOutOfRange {
+                    row,
+                    partition: id,
+                    num_partitions,
+                });
+            }
+        }
+    }
+    Ok((ids, counts))
+}
+
+/// The non-empty ranges of the grouped order, and where each partition's range starts.
+fn ranges_of(counts: &[usize]) -> (Vec<(u32, usize, usize)>, Vec<usize>) {
+    let mut ranges = Vec::new();
+    let mut starts = vec![0usize; counts.len()];
+    let mut next = 0;
+    for (partition, &count) in counts.iter().enumerate() {
+        starts[partition] = next;
+        if count > 0 {
+            ranges.push((partition as u32, next, count));
+        }
+        next += count;
+    }
+    (ranges, starts)
+}
+
+/// The input row at each position of the grouped order: a stable counting sort, `starts` being
+/// where each partition's range starts (advanced past it on return).
+fn order_of(ids: &[u32], starts: &mut [usize]) -> Vec<u32> {
+    let mut order = vec![0u32; ids.len()];
+    for (row, &id) in ids.iter().enumerate() {
+        let slot = &mut starts[id as usize];
+        order[*slot] = row as u32;
+        *slot += 1;
+    }
+    order
+}
+
 /// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`) and groups the
-/// rows by partition with one `take`. The error hands `batch` back.
+/// rows by partition. With `copy_below` set (compaction on, every column of a flat type) and
+/// every partition's share of the batch below it, the rows stay where they are and each is
+/// tagged with its range, to be copied straight into the open batches ([`Grouped::Direct`]);
+/// otherwise they are reordered with one `take` ([`Grouped::Sorted`]). The error hands `batch`
+/// back.
 pub(crate) fn scatter(
     batch: RecordBatch,
     ids: PartitionIds<'_>,
     num_partitions: u32,
+    copy_below: Option<usize>,
 ) -> Result<Scattered, (Error, RecordBatch)> {
-    let groups = match RowsByPartition::new(ids, batch.num_rows(), num_partitions) {
-        Ok(groups) => groups,
+    let (ids, counts) = match count(ids, batch.num_rows(), num_partitions) {
+        Ok(counted) => counted,
         Err(error) => return Err((error, batch)),
     };
-    let RowsByPartition { order, ranges } = groups;
-    let Some(order) = order else {
+    let (ranges, mut starts) = ranges_of(&counts);
+    if ranges.len() <= 1 {
         let sorted = batch.clone();
         return Ok(Scattered {
             original: batch,
-            sorted,
+            rows: Grouped::Sorted(sorted),
             ranges,
         });
-    };
+    }
+    if copy_below.is_some_and(|below| ranges.iter().all(|&(_, _, len)| len < below)) {
+        let mut index = vec![0u32; counts.len()];
+        for (k, &(partition, _, _)) in ranges.iter().enumerate() {
+            index[partition as usize] = k as u32;
+        }
+        let range_of_row = ids.iter().map(|&id| index[id as usize]).collect();
+        let direct = Direct::new(&batch, range_of_row, ranges.len());
+        return Ok(Scattered {
+            original: batch,
+            rows: Grouped::Direct(direct),
+            ranges,
+        });
+    }
+    let order = order_of(ids, &mut starts);
     match take_record_batch(&batch, &UInt32Array::from(order)) {
         Ok(sorted) => Ok(Scattered {
             original: batch,
-            sorted,
+            rows: Grouped::Sorted(sorted),
             ranges,
         }),
         Err(e) => Err((Error::Arrow(std::sync::Arc::new(e)), batch)),
@@ -179,10 +222,12 @@ mod tests {
     #[test]
     fn groups_rows_by_partition_keeping_input_order() {
         let ids = UInt32Array::from(vec![2, 0, 2, 1, 0, 2]);
-        let s = scatter(batch(6), (&ids).into(), 3).unwrap();
+        let s = scatter(batch(6), (&ids).into(), 3, None).unwrap();
         assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (2, 3, 3)]);
-        let a = s
-            .sorted
+        let Grouped::Sorted(sorted) = &s.rows else {
+            panic!("no copy target: reordered");
+        };
+        let a = sorted
             .column(0)
             .as_any()
             .downcast_ref::<Int64Array>()
@@ -192,7 +237,8 @@ mod tests {
 
     #[test]
     fn bad_ids_are_refused_with_the_batch() {
-        let (e, b) = scatter(batch(3), (&UInt32Array::from(vec![0, 1])).into(), 2).unwrap_err();
+        let (e, b) =
+            scatter(batch(3), (&UInt32Array::from(vec![0, 1])).into(), 2, None).unwrap_err();
         assert!(
             matches!(e, Error::PartitionIdsLength { rows: 3, ids: 2 }),
             "{e}"
@@ -202,10 +248,11 @@ mod tests {
             batch(3),
             (&UInt32Array::from(vec![Some(0), None, Some(1)])).into(),
             2,
+            Some(8),
         )
         .unwrap_err();
         assert!(matches!(e, Error::NullPartitionId { row: 1 }), "{e}");
-        let (e, _) = scatter(batch(3), (&[0u32, 1, 7][..]).into(), 2).unwrap_err();
+        let (e, _) = scatter(batch(3), (&[0u32, 1, 7][..]).into(), 2, Some(8)).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -222,8 +269,27 @@ mod tests {
     #[test]
     fn one_partition_needs_no_copy() {
         let b = batch(4);
-        let s = scatter(b.clone(), (&vec![1u32; 4]).into(), 2).unwrap();
+        let s = scatter(b.clone(), (&vec![1u32; 4]).into(), 2, Some(8)).unwrap();
         assert_eq!(s.ranges, vec![(1, 0, 4)]);
-        assert!(Arc::ptr_eq(s.sorted.column(0), b.column(0)));
+        let Grouped::Sorted(sorted) = &s.rows else {
+            panic!("one range: kept as it is");
+        };
+        assert!(Arc::ptr_eq(sorted.column(0), b.column(0)));
+    }
+
+    #[test]
+    fn small_ranges_are_tagged_in_place_and_a_large_one_reorders() {
+        let ids = [3u32, 0, 3, 1, 0, 3];
+        let s = scatter(batch(6), (&ids[..]).into(), 4, Some(4)).unwrap();
+        assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (3, 3, 3)]);
+        let Grouped::Direct(direct) = &s.rows else {
+            panic!("every range below 4 rows: copied in place");
+        };
+        assert_eq!(direct.range_of_row, vec![2, 0, 2, 1, 0, 2]);
+        let s = scatter(batch(6), (&ids[..]).into(), 4, Some(3)).unwrap();
+        assert!(
+            matches!(&s.rows, Grouped::Sorted(_)),
+            "partition 2 has 3 rows, not below 3: reordered"
+        );
     }
 }

@@ -4,6 +4,8 @@
 use arrow_array::RecordBatch;
 use arrow_shards_memory::sizing::{Allocation, batch_allocations, batch_overhead};
 
+use crate::compact::Direct;
+
 /// A batch held in memory with the allocations it was charged for.
 #[derive(Debug)]
 pub(crate) struct Stored {
@@ -57,15 +59,26 @@ pub fn batch_cost(batch: &RecordBatch) -> usize {
     Stored::new(batch.clone()).cost()
 }
 
-/// A batch whose rows go to many partitions, reordered so each partition's rows are one range.
+/// A batch whose rows go to many partitions, grouped by partition.
 #[derive(Debug)]
 pub(crate) struct Scattered {
     /// The batch as written, handed back if the write is refused.
     pub(crate) original: RecordBatch,
-    /// Rows grouped by partition, in input order within each.
-    pub(crate) sorted: RecordBatch,
-    /// `(partition, start, len)` in `sorted`, ascending by partition, no empty range.
+    /// How its rows reach their partitions.
+    pub(crate) rows: Grouped,
+    /// `(partition, start, len)`, ascending by partition, no empty range; `start` is the
+    /// range's first row in the grouped order (a [`Grouped::Sorted`] batch).
     pub(crate) ranges: Vec<(u32, usize, usize)>,
+}
+
+/// The two ways a scattered batch's rows reach their partitions (see [`crate::scatter`]).
+#[derive(Debug)]
+pub(crate) enum Grouped {
+    /// Reordered so each partition's rows are one range, copied into its open batch or kept
+    /// as a slice.
+    Sorted(RecordBatch),
+    /// Left in place and copied row by row into the open batches.
+    Direct(Direct),
 }
 
 /// One write's rows on their way in.

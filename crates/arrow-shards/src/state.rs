@@ -24,10 +24,10 @@ use arrow_schema::SchemaRef;
 use arrow_shards_memory::{AllocationSet, MemoryReservation};
 use arrow_shards_spill::{SegmentRef, SpillError};
 
-use crate::compact::{CompactConfig, OpenBatch, Start};
+use crate::compact::{self, CompactConfig, Direct, OpenBatch, Start};
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::shard::{Scattered, Shard, Stored};
+use crate::shard::{Grouped, Scattered, Shard, Stored};
 use crate::victims::LargestFirst;
 
 /// Batches with their own sizes, as handed to the spiller.
@@ -348,7 +348,12 @@ impl State {
         for &(partition, _, _) in &scattered.ranges {
             self.check_writable(partition)?;
         }
-        let sorted = &scattered.sorted;
+        let sorted = match &scattered.rows {
+            Grouped::Sorted(sorted) => sorted,
+            Grouped::Direct(direct) => {
+                return self.try_insert_direct(&scattered.original, direct, &scattered.ranges);
+            }
+        };
         let mut whole = Vec::new();
         let mut needed = 0;
         // Ranges kept whole are slices of one reordered batch: its allocations count once.
@@ -391,6 +396,99 @@ impl State {
             self.batches_written += 1;
         }
         result
+    }
+
+    /// Charges `batch`'s rows and copies each straight into its partition's open batch
+    /// ([`compact::copy_rows`]), or refuses the whole batch. Every range is below the compaction
+    /// target and every column flat (the scatter chose [`Grouped::Direct`]).
+    fn try_insert_direct(
+        &mut self,
+        batch: &RecordBatch,
+        direct: &Direct,
+        ranges: &[(u32, usize, usize)],
+    ) -> Result<(), Error> {
+        let config = self.compact.expect("a direct scatter only with compaction");
+        let has_nulls: Vec<bool> = batch.columns().iter().map(|a| a.null_count() > 0).collect();
+        let mut needed = 0;
+        for (k, &(partition, _, len)) in ranges.iter().enumerate() {
+            let var = |c: usize| direct.var(c, k);
+            let p = &self.partitions[partition as usize];
+            needed += match &p.open {
+                Some(open) if !open.is_full_for(&config, len) => {
+                    open.growth_of_rows(len, var, &has_nulls, &config)
+                }
+                Some(open) => OpenBatch::fresh_charge_of_rows(
+                    &self.schema,
+                    &open.next_start(),
+                    len,
+                    var,
+                    &has_nulls,
+                    &config,
+                ),
+                None => OpenBatch::fresh_charge_of_rows(
+                    &self.schema,
+                    &p.start,
+                    len,
+                    var,
+                    &has_nulls,
+                    &config,
+                ),
+            };
+        }
+        self.try_reserve(needed)?;
+        let result = self.copy_direct(batch, direct, ranges, &config);
+        self.settle();
+        if result.is_ok() {
+            self.batches_written += 1;
+        }
+        result
+    }
+
+    /// The reserved part of [`try_insert_direct`](Self::try_insert_direct): cuts the open
+    /// batches that are full for their range, copies the rows, then books each partition's new
+    /// charge and cuts those that reached a target.
+    fn copy_direct(
+        &mut self,
+        batch: &RecordBatch,
+        direct: &Direct,
+        ranges: &[(u32, usize, usize)],
+        config: &CompactConfig,
+    ) -> Result<(), Error> {
+        for &(partition, _, len) in ranges {
+            let full = self.partitions[partition as usize]
+                .open
+                .as_ref()
+                .is_some_and(|o| o.is_full_for(config, len));
+            if full {
+                self.cut(partition)?;
+            }
+        }
+        let lens: Vec<usize> = ranges.iter().map(|r| r.2).collect();
+        let mut before = Vec::with_capacity(ranges.len());
+        {
+            // The ranges' open batches, in range order (ranges ascend by partition).
+            let schema = Arc::clone(&self.schema);
+            let mut targets: Vec<&mut OpenBatch> = Vec::with_capacity(ranges.len());
+            let mut rest = &mut self.partitions[..];
+            let mut base = 0;
+            for &(partition, _, _) in ranges {
+                let (_, tail) = rest.split_at_mut(partition as usize - base);
+                let (p, tail) = tail.split_first_mut().expect("ranges name partitions");
+                let open = p
+                    .open
+                    .get_or_insert_with(|| OpenBatch::new(&schema, &p.start));
+                before.push(open.data_bytes());
+                targets.push(open);
+                rest = tail;
+                base = partition as usize + 1;
+            }
+            compact::copy_rows(&mut targets, batch, direct, &lens, config)
+                .map_err(|e| Error::Arrow(Arc::new(e)))?;
+        }
+        for (&(partition, _, len), data_before) in ranges.iter().zip(before) {
+            self.appended(partition, len, data_before, config)?;
+        }
+        Ok(())
     }
 
     /// Whether `len` rows of `batch` are copied into an open batch rather than stored whole.
@@ -456,8 +554,26 @@ impl State {
         let before = open.data_bytes();
         open.append(batch, start, len, &config)
             .map_err(|e| Error::Arrow(Arc::new(e)))?;
-        let written = open.data_bytes() - before;
-        let charge = open.bytes();
+        self.appended(partition, len, before, &config)
+    }
+
+    /// Books `len` rows just copied into `partition`'s open batch (which held `data_before`
+    /// bytes of data before): its new charge, the counters, the victim index; then cuts it if
+    /// it reached a target.
+    fn appended(
+        &mut self,
+        partition: u32,
+        len: usize,
+        data_before: usize,
+        config: &CompactConfig,
+    ) -> Result<(), Error> {
+        let p = &mut self.partitions[partition as usize];
+        let open = p.open.as_ref().expect("rows were copied into it");
+        let (charge, written, full) = (
+            open.bytes(),
+            open.data_bytes() - data_before,
+            open.is_full(config),
+        );
         let old = p.bytes;
         self.extra = self.extra + charge - p.open_charge;
         p.bytes = p.bytes + charge - p.open_charge;
@@ -466,11 +582,7 @@ impl State {
         self.rows_written += len as u64;
         self.bytes_written += written as u64;
         self.bytes_changed(partition, old);
-        if self.partitions[partition as usize]
-            .open
-            .as_ref()
-            .is_some_and(|o| o.is_full(&config))
-        {
+        if full {
             self.cut(partition)?;
         }
         Ok(())

@@ -252,7 +252,14 @@ impl ShardBuffer {
         let partition = first(ids);
         let batch = conform(&self.shared.schema, batch)
             .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
-        let scattered = scatter(batch, ids, self.shared.num_partitions)
+        // Rows are copied straight into open batches when every range will be (see
+        // `compact::direct`).
+        let copy_below = self
+            .shared
+            .compact
+            .filter(|_| crate::compact::all_flat(&self.shared.schema))
+            .map(|c| c.target_rows);
+        let scattered = scatter(batch, ids, self.shared.num_partitions, copy_below)
             .map_err(|(e, batch)| WriteError::new(error_partition(&e, partition), e, batch))?;
         if scattered.ranges.is_empty() {
             return match self.shared.lock().check_open() {

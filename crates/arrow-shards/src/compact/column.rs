@@ -198,6 +198,19 @@ impl OpenColumn {
         }
     }
 
+    /// Whether [`super::copy_rows`] can copy an array of `data_type` into this column: it has
+    /// the variant (and width) [`new`](Self::new) makes for that type, and is not
+    /// [`Pieces`](OpenColumn::Pieces).
+    pub(crate) fn takes(&self, data_type: &DataType) -> bool {
+        match (self, Self::new(data_type)) {
+            (OpenColumn::Fixed { width: a, .. }, OpenColumn::Fixed { width: b, .. }) => *a == b,
+            (OpenColumn::Bytes { large: a, .. }, OpenColumn::Bytes { large: b, .. }) => *a == b,
+            (OpenColumn::Boolean { .. }, OpenColumn::Boolean { .. })
+            | (OpenColumn::Views { .. }, OpenColumn::Views { .. }) => true,
+            _ => false,
+        }
+    }
+
     /// Bytes this column holds (capacities).
     pub(crate) fn bytes(&self) -> usize {
         match self {
@@ -251,7 +264,31 @@ impl OpenColumn {
     /// Bytes [`append`](Self::append) of `array[start..start + len]` would add to
     /// [`bytes`](Self::bytes) (exact for the buffers, an upper bound for validity).
     pub(crate) fn growth(&self, array: &dyn Array, start: usize, len: usize, hint: Hint) -> usize {
-        let has_nulls = array.null_count() > 0;
+        let var = match self {
+            OpenColumn::Bytes { .. } => byte_range_len(array, start, len),
+            OpenColumn::Views { .. } => long_view_bytes(array, start, len),
+            OpenColumn::Pieces { .. } => {
+                // A copy of the range: its share of the array's bytes, at least one allocation
+                // per buffer. Reconciled with the real size after the copy.
+                let total: usize = array_allocations(array).iter().map(|a| a.capacity).sum();
+                let share = total * len / array.len().max(1);
+                return share + 64 * (1 + array.to_data().buffers().len());
+            }
+            _ => 0,
+        };
+        self.growth_of_rows(len, var, array.null_count() > 0, hint)
+    }
+
+    /// Bytes appending `len` rows with `var` bytes of variable-length data (see [`var_bytes`])
+    /// would add to [`bytes`](Self::bytes), `has_nulls` if the rows' array has nulls; 0 for a
+    /// [`Pieces`](OpenColumn::Pieces) column, which only [`growth`](Self::growth) can size.
+    pub(crate) fn growth_of_rows(
+        &self,
+        len: usize,
+        var: usize,
+        has_nulls: bool,
+        hint: Hint,
+    ) -> usize {
         match self {
             OpenColumn::Fixed {
                 width: w,
@@ -276,27 +313,50 @@ impl OpenColumn {
                 nulls,
             } => {
                 let width = if *large { 8 } else { 4 };
-                let value_bytes = byte_range_len(array, start, len);
                 growth_of(
                     offsets,
                     offsets_needed(offsets, len, width),
                     hint.offsets(width),
-                ) + growth_of(values, value_bytes, hint.var_data())
+                ) + growth_of(values, var, hint.var_data())
                     + nulls_growth(nulls, has_nulls, len)
             }
             OpenColumn::Views { views, data, nulls } => {
-                let long = long_view_bytes(array, start, len);
                 growth_of(views, len * 16, hint.per_row(16))
-                    + growth_of(data, long, hint.var_data())
+                    + growth_of(data, var, hint.var_data())
                     + nulls_growth(nulls, has_nulls, len)
             }
-            OpenColumn::Pieces { .. } => {
-                // A copy of the range: its share of the array's bytes, at least one allocation
-                // per buffer. Reconciled with the real size after the copy.
-                let total: usize = array_allocations(array).iter().map(|a| a.capacity).sum();
-                let share = total * len / array.len().max(1);
-                share + 64 * (1 + array.to_data().buffers().len())
+            OpenColumn::Pieces { .. } => 0,
+        }
+    }
+
+    /// Grows the buffers for `len` more rows with `var` bytes of variable-length data, to the
+    /// capacities [`growth_of_rows`](Self::growth_of_rows) predicts (validity grows as it is
+    /// appended to).
+    pub(crate) fn reserve(&mut self, len: usize, var: usize, hint: Hint) {
+        match self {
+            OpenColumn::Fixed { width, values, .. } => {
+                ensure(values, len * *width, hint.per_row(*width));
             }
+            OpenColumn::Boolean { values, .. } => values.reserve(len),
+            OpenColumn::Bytes {
+                large,
+                offsets,
+                values,
+                ..
+            } => {
+                let width = if *large { 8 } else { 4 };
+                ensure(
+                    offsets,
+                    offsets_needed(offsets, len, width),
+                    hint.offsets(width),
+                );
+                ensure(values, var, hint.var_data());
+            }
+            OpenColumn::Views { views, data, .. } => {
+                ensure(views, len * 16, hint.per_row(16));
+                ensure(data, var, hint.var_data());
+            }
+            OpenColumn::Pieces { .. } => {}
         }
     }
 
@@ -497,6 +557,40 @@ fn long_view_bytes(array: &dyn Array, start: usize, len: usize) -> usize {
         .map(|v| *v as u32 as usize)
         .filter(|&l| l > 12)
         .sum()
+}
+
+/// Per range, the bytes of variable-length data its rows of `array` take in an open column
+/// (value bytes of the byte types, values longer than 12 bytes of the view types), `range_of_row`
+/// naming each row's range; `None` for the other types.
+pub(crate) fn var_bytes(
+    array: &dyn Array,
+    range_of_row: &[u32],
+    ranges: usize,
+) -> Option<Vec<usize>> {
+    fn by_offsets<T: ByteArrayType>(a: &GenericByteArray<T>, rows: &[u32], sums: &mut [usize]) {
+        for (w, &k) in a.value_offsets().windows(2).zip(rows) {
+            sums[k as usize] += w[1].as_usize() - w[0].as_usize();
+        }
+    }
+    fn by_views(views: &[u128], rows: &[u32], sums: &mut [usize]) {
+        for (&v, &k) in views.iter().zip(rows) {
+            let len = v as u32 as usize;
+            if len > 12 {
+                sums[k as usize] += len;
+            }
+        }
+    }
+    let mut sums = vec![0usize; ranges];
+    match array.data_type() {
+        DataType::Utf8 => by_offsets(array.as_string::<i32>(), range_of_row, &mut sums),
+        DataType::Binary => by_offsets(array.as_binary::<i32>(), range_of_row, &mut sums),
+        DataType::LargeUtf8 => by_offsets(array.as_string::<i64>(), range_of_row, &mut sums),
+        DataType::LargeBinary => by_offsets(array.as_binary::<i64>(), range_of_row, &mut sums),
+        DataType::Utf8View => by_views(array.as_string_view().views(), range_of_row, &mut sums),
+        DataType::BinaryView => by_views(array.as_binary_view().views(), range_of_row, &mut sums),
+        _ => return None,
+    }
+    Some(sums)
 }
 
 fn append_bytes<T: ByteArrayType>(

@@ -25,6 +25,7 @@
 //! Data copied into an open batch has been validated by the schema check on write.
 
 mod column;
+mod direct;
 
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow_schema::{ArrowError, DataType, SchemaRef};
 
 use column::{Hint, OpenColumn};
+pub(crate) use direct::{Direct, copy_rows};
 
 /// When open batches are cut, and which writes are copied into them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +150,33 @@ impl OpenBatch {
         fixed_bytes(schema.fields().len()) + growth
     }
 
+    /// What a new open batch of `schema` starting at `start` would be charged after appending
+    /// `len` rows, `var(c)` bytes of variable-length data in column `c` and `has_nulls[c]` if
+    /// column `c` of their batch has nulls. Only for flat columns ([`all_flat`]).
+    pub(crate) fn fresh_charge_of_rows(
+        schema: &SchemaRef,
+        start: &Start,
+        len: usize,
+        var: impl Fn(usize) -> usize,
+        has_nulls: &[bool],
+        config: &CompactConfig,
+    ) -> usize {
+        let growth: usize = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                OpenColumn::new(f.data_type()).growth_of_rows(
+                    len,
+                    var(i),
+                    has_nulls[i],
+                    hint(config, start, i),
+                )
+            })
+            .sum();
+        fixed_bytes(schema.fields().len()) + growth
+    }
+
     /// Where the partition's next open batch starts once this one is cut now.
     pub(crate) fn next_start(&self) -> Start {
         let has_var = self.columns.iter().any(|c| c.var_len() > 0);
@@ -204,6 +233,29 @@ impl OpenBatch {
             .enumerate()
             .map(|(i, (c, a))| c.growth(a.as_ref(), start, len, hint(config, &self.start, i)))
             .sum()
+    }
+
+    /// Bytes appending `len` rows would add to [`bytes`](Self::bytes): `var(c)` bytes of
+    /// variable-length data in column `c`, `has_nulls[c]` if column `c` of their batch has nulls.
+    /// Only for flat columns ([`all_flat`]).
+    pub(crate) fn growth_of_rows(
+        &self,
+        len: usize,
+        var: impl Fn(usize) -> usize,
+        has_nulls: &[bool],
+        config: &CompactConfig,
+    ) -> usize {
+        self.columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.growth_of_rows(len, var(i), has_nulls[i], hint(config, &self.start, i)))
+            .sum()
+    }
+
+    /// Sets `data` and `capacity` from the columns (after rows were pushed into them directly).
+    fn recount(&mut self) {
+        self.data = self.columns.iter().map(OpenColumn::len_bytes).sum();
+        self.capacity = self.columns.iter().map(OpenColumn::bytes).sum();
     }
 
     /// Copies `batch[start..start + len]` in. `batch` has the buffer's schema.
@@ -276,6 +328,12 @@ pub(crate) fn compactable(schema: &SchemaRef, batch: &RecordBatch) -> bool {
         .iter()
         .zip(batch.columns())
         .all(|(f, a)| is_flat(f.data_type()) || f.data_type() == a.data_type())
+}
+
+/// Whether every column of `schema` is of a flat type, which an open column copies itself: a
+/// scattered batch of such a schema may be copied row by row ([`copy_rows`]).
+pub(crate) fn all_flat(schema: &SchemaRef) -> bool {
+    schema.fields().iter().all(|f| is_flat(f.data_type()))
 }
 
 fn is_flat(data_type: &DataType) -> bool {
