@@ -186,12 +186,13 @@ pub(crate) fn scatter(
             index[partition as usize] = k as u32;
         }
         let range_of_row = ids.iter().map(|&id| index[id as usize]).collect();
-        let direct = Direct::new(&batch, range_of_row, ranges.len());
-        return Ok(Scattered {
-            original: batch,
-            rows: Grouped::Direct(direct),
-            ranges,
-        });
+        if let Some(direct) = Direct::new(&batch, range_of_row, ranges.len()) {
+            return Ok(Scattered {
+                original: batch,
+                rows: Grouped::Direct(direct),
+                ranges,
+            });
+        }
     }
     let order = order_of(ids, &mut starts);
     match take_record_batch(&batch, &UInt32Array::from(order)) {

@@ -26,6 +26,9 @@ use arrow_schema::{ArrowError, DataType};
 use super::column::{OpenColumn, var_bytes};
 use super::{CompactConfig, OpenBatch, hint};
 
+/// Bytes of variable-length data one column of a batch copied row by row holds at most (less).
+pub(crate) const MAX_VAR_BYTES: usize = 2 << 30;
+
 /// A scattered batch's rows tagged with their ranges, and what each range adds per column.
 #[derive(Debug)]
 pub(crate) struct Direct {
@@ -37,14 +40,21 @@ pub(crate) struct Direct {
 
 impl Direct {
     /// Tags the rows of `batch` (`range_of_row`, each below `ranges`) and sums each range's
-    /// variable-length bytes per column, in one pass over each such column.
-    pub(crate) fn new(batch: &RecordBatch, range_of_row: Vec<u32>, ranges: usize) -> Self {
-        let var = batch
+    /// variable-length bytes per column, in one pass over each such column. `None` if a
+    /// column's rows hold [`MAX_VAR_BYTES`] or more: such a batch takes the reordering path, so
+    /// that an open view column (cut before [`crate::MAX_COMPACT_TARGET_BYTES`]) never passes
+    /// the 4 GiB its views can address.
+    pub(crate) fn new(batch: &RecordBatch, range_of_row: Vec<u32>, ranges: usize) -> Option<Self> {
+        let var: Vec<Option<Vec<usize>>> = batch
             .columns()
             .iter()
             .map(|a| var_bytes(a.as_ref(), &range_of_row, ranges))
             .collect();
-        Self { range_of_row, var }
+        let small = var
+            .iter()
+            .flatten()
+            .all(|sums| sums.iter().sum::<usize>() < MAX_VAR_BYTES);
+        small.then_some(Self { range_of_row, var })
     }
 
     /// Bytes of variable-length data range `k` adds to column `c`.
@@ -55,8 +65,8 @@ impl Direct {
 
 /// Copies every row of `batch` into `targets[k]`, `k` its range, after growing each target by
 /// what its range adds (`lens[k]` rows). `targets` are the ranges' open batches, in range order,
-/// none of them full for its range. Refuses before changing any row if a column does not match
-/// its open columns or an open view column would pass 4 GiB of data.
+/// none of them full for its range (so each holds less than the byte target). Refuses before
+/// changing any row if a column does not match its open columns.
 pub(crate) fn copy_rows(
     targets: &mut [&mut OpenBatch],
     batch: &RecordBatch,
@@ -71,15 +81,6 @@ pub(crate) fn copy_rows(
             .is_some_and(|t| !t.columns[c].takes(array.data_type()))
         {
             return Err(mismatch(array.as_ref()));
-        }
-        if matches!(array.data_type(), DataType::Utf8View | DataType::BinaryView) {
-            for (k, target) in targets.iter().enumerate() {
-                if target.columns[c].var_len() + direct.var(c, k) > u32::MAX as usize {
-                    return Err(ArrowError::ComputeError(
-                        "an open view column would pass 4 GiB of data".into(),
-                    ));
-                }
-            }
         }
     }
     for (k, target) in targets.iter_mut().enumerate() {
@@ -376,7 +377,7 @@ mod tests {
                 o
             })
             .collect();
-        let direct = Direct::new(&source, range_of_row.clone(), ranges);
+        let direct = Direct::new(&source, range_of_row.clone(), ranges).unwrap();
         let has_nulls: Vec<bool> = source
             .columns()
             .iter()
@@ -434,7 +435,7 @@ mod tests {
                 .collect::<Vec<_>>(),
         ));
         let mut open = OpenBatch::new(&other, &Start::default());
-        let direct = Direct::new(&source, vec![0; 10], 1);
+        let direct = Direct::new(&source, vec![0; 10], 1).unwrap();
         let err = copy_rows(&mut [&mut open], &source, &direct, &[10], &config()).unwrap_err();
         assert!(err.to_string().contains("does not match"), "{err}");
         assert_eq!((open.rows(), open.data_bytes()), (0, 0));
