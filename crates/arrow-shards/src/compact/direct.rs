@@ -298,8 +298,8 @@ mod tests {
     /// Every flat type family, with nulls, long and short strings, widths 2 to 32.
     fn batch(rows: usize) -> RecordBatch {
         let text = |i: usize| {
-            (i % 5 != 0).then(|| {
-                if i % 3 == 0 {
+            (!i.is_multiple_of(5)).then(|| {
+                if i.is_multiple_of(3) {
                     format!("a value long enough to be stored apart {i}")
                 } else {
                     format!("s{i}")
