@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use arrow_shards_memory::{BoundedPool, MemoryPool, UnboundedPool};
+use arrow_shards_merge::ReadSlots;
 use arrow_shards_spill::{Compression, SpillOptions};
 
 use crate::buffer::ShardBuffer;
@@ -23,6 +24,15 @@ pub const DEFAULT_MAX_SPILL_ROUND_BYTES: usize = 64 << 20;
 pub const DEFAULT_SPILL_SEGMENT_BYTES: usize = 4 << 20;
 /// Default rows per batch handed out by readers.
 pub const DEFAULT_READ_BATCH_ROWS: usize = 8192;
+/// Default most spilled-segment reads that the buffer's [`PartitionStream`](crate::PartitionStream)s
+/// run at once, together: twice the machine's cores (`std::thread::available_parallelism`),
+/// at least 4.
+pub fn default_max_concurrent_reads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .saturating_mul(2)
+        .max(4)
+}
 /// Default rows at which a partition's open batch is cut (and below which a written batch is
 /// copied into it).
 pub const DEFAULT_COMPACT_TARGET_ROWS: usize = 8192;
@@ -42,6 +52,7 @@ pub struct ShardBufferBuilder {
     pool: Option<Arc<dyn MemoryPool>>,
     write_timeout: Option<Duration>,
     read_batch_rows: Option<usize>,
+    concurrent_reads: usize,
     spill_enabled: bool,
     spill_dir: Option<PathBuf>,
     sweep_on_build: bool,
@@ -80,6 +91,7 @@ impl ShardBufferBuilder {
             pool: None,
             write_timeout: None,
             read_batch_rows: Some(DEFAULT_READ_BATCH_ROWS),
+            concurrent_reads: default_max_concurrent_reads(),
             spill_enabled: true,
             spill_dir: None,
             sweep_on_build: true,
@@ -159,6 +171,21 @@ impl ShardBufferBuilder {
     /// Default: 8192.
     pub fn with_read_batch_rows(mut self, rows: usize) -> Self {
         self.read_batch_rows = (rows > 0).then_some(rows);
+        self
+    }
+
+    /// The most spilled-segment reads that this buffer's [`PartitionStream`](crate::PartitionStream)s
+    /// run at once, all streams together: a stream's read (each on a tokio blocking thread)
+    /// waits for a free slot, and gives it back once the segment is decoded. Many partitions
+    /// read at once (an engine polling all its output streams) otherwise start one blocking
+    /// thread per segment read, and each thread decodes into its own allocator arena, which
+    /// costs resident memory far past what the pool counts (see `docs/datafusion.md`). The
+    /// blocking [`PartitionReader`](crate::PartitionReader) iterator reads on the caller's
+    /// thread and is not bounded. `0` removes the bound.
+    ///
+    /// Default: [`default_max_concurrent_reads`] (twice the cores, at least 4).
+    pub fn with_max_concurrent_reads(mut self, reads: usize) -> Self {
+        self.concurrent_reads = reads;
         self
     }
 
@@ -300,6 +327,7 @@ impl ShardBufferBuilder {
         let config = Config {
             write_timeout: self.write_timeout,
             read_batch_rows: self.read_batch_rows,
+            read_slots: (self.concurrent_reads > 0).then(|| ReadSlots::new(self.concurrent_reads)),
             compact,
         };
         let spill = match (self.spill_enabled, pool.limit()) {

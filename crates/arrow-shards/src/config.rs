@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use arrow_shards_merge::ReadSlots;
 use arrow_shards_spill::SpillOptions;
 
 use crate::compact::CompactConfig;
@@ -13,6 +14,8 @@ use crate::compact::CompactConfig;
 pub(crate) struct Config {
     pub(crate) write_timeout: Option<Duration>,
     pub(crate) read_batch_rows: Option<usize>,
+    /// Shared by every reader's stream; `None`: reads unbounded.
+    pub(crate) read_slots: Option<ReadSlots>,
     pub(crate) compact: Option<CompactConfig>,
 }
 

@@ -41,10 +41,13 @@ impl PartitionReader {
             .with_segments(taken.segments)
             .with_memory_allocations(batches, taken.reservation);
 
-        let options = match shared.config.read_batch_rows {
+        let mut options = match shared.config.read_batch_rows {
             Some(rows) => MergeOptions::new().with_target_rows(rows),
             None => MergeOptions::new().with_pass_through(),
         };
+        if let Some(slots) = &shared.config.read_slots {
+            options = options.with_read_slots(slots.clone());
+        }
         let merger = Merger::new(sources, options, Arc::clone(&shared.pool));
         Self { shared, merger }
     }

@@ -11,7 +11,8 @@
 //! - [`PartitionSources`]: one partition's segments (as `SegmentRef`s, in spill order) and its
 //!   memory batches (with the reservation that already pays for them).
 //! - [`MergeOptions`]: target rows per output batch (default 8192) or pass-through, and how
-//!   many segments the stream reads ahead (default 1).
+//!   many segments the stream reads ahead (default 1), and optionally the [`ReadSlots`] that
+//!   bound how many segment reads run at once across streams.
 //! - [`Merger`]: the blocking reader: `Iterator<Item = Result<RecordBatch, ArrowError>>` and
 //!   `arrow_array::RecordBatchReader`, plus [`Merger::concat`] for one batch.
 //! - [`MergeStream`] ([`Merger::into_stream`]): the same batches as a `futures::Stream`, with
@@ -104,6 +105,7 @@ mod input;
 mod merger;
 mod options;
 mod output;
+mod slots;
 mod sources;
 mod state;
 mod stream;
@@ -111,6 +113,7 @@ mod stream;
 pub use error::MergeError;
 pub use merger::Merger;
 pub use options::{DEFAULT_TARGET_ROWS, MergeOptions};
+pub use slots::ReadSlots;
 pub use sources::PartitionSources;
 pub use stream::MergeStream;
 

@@ -3,19 +3,28 @@
 /// The row count a [`Merger`](crate::Merger) aims for when it coalesces, unless told otherwise.
 pub const DEFAULT_TARGET_ROWS: usize = 8192;
 
-/// Options for a [`Merger`](crate::Merger): output batch size and read-ahead depth.
+use crate::ReadSlots;
+
+/// Options for a [`Merger`](crate::Merger): output batch size, read-ahead depth and the slots
+/// that bound concurrent segment reads.
 ///
 /// ```
-/// use arrow_shards_merge::MergeOptions;
+/// use arrow_shards_merge::{MergeOptions, ReadSlots};
 ///
-/// let options = MergeOptions::new().with_target_rows(4096).with_read_ahead(2);
+/// let slots = ReadSlots::new(2);
+/// let options = MergeOptions::new()
+///     .with_target_rows(4096)
+///     .with_read_ahead(2)
+///     .with_read_slots(slots.clone());
 /// assert_eq!(options.target_rows(), Some(4096));
+/// assert_eq!(options.read_slots(), Some(&slots));
 /// assert_eq!(MergeOptions::new().with_pass_through().target_rows(), None);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MergeOptions {
     target_rows: Option<usize>,
     read_ahead: usize,
+    read_slots: Option<ReadSlots>,
 }
 
 impl Default for MergeOptions {
@@ -23,6 +32,7 @@ impl Default for MergeOptions {
         Self {
             target_rows: Some(DEFAULT_TARGET_ROWS),
             read_ahead: 1,
+            read_slots: None,
         }
     }
 }
@@ -66,6 +76,16 @@ impl MergeOptions {
         self
     }
 
+    /// Makes the stream's segment reads wait for one of `slots` (shared with other streams)
+    /// before they start, and give it back once the segment is decoded. The blocking
+    /// [`Merger`](crate::Merger) iterator reads on the calling thread and takes no slot.
+    ///
+    /// Default: none (every stream starts its reads at once).
+    pub fn with_read_slots(mut self, slots: ReadSlots) -> Self {
+        self.read_slots = Some(slots);
+        self
+    }
+
     /// The target output row count, or `None` for pass-through.
     pub fn target_rows(&self) -> Option<usize> {
         self.target_rows
@@ -74,6 +94,11 @@ impl MergeOptions {
     /// Segments read ahead by the stream.
     pub fn read_ahead(&self) -> usize {
         self.read_ahead
+    }
+
+    /// The slots the stream's reads wait for, if any.
+    pub fn read_slots(&self) -> Option<&ReadSlots> {
+        self.read_slots.as_ref()
     }
 }
 
@@ -86,6 +111,7 @@ mod tests {
         let o = MergeOptions::default();
         assert_eq!(o.target_rows(), Some(8192));
         assert_eq!(o.read_ahead(), 1);
+        assert_eq!(o.read_slots(), None);
     }
 
     #[test]

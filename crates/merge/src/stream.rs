@@ -7,10 +7,15 @@
 //! of need starts only if the segment's `memory_bytes` fit under the pool's limit, and the read
 //! the merge needs first makes room as the iterator does (see the `Merger`'s memory section).
 //!
+//! With [`ReadSlots`](crate::ReadSlots) in the options, a read first waits (as a small async
+//! task, no thread) for a slot shared with other streams, then runs on a blocking thread with
+//! the slot and gives it back when the segment is decoded. The segment's bytes are reserved
+//! when the read is queued, so the pool sees what the stream will hold.
+//!
 //! # Locking
 //! None: the stream is polled by one task at a time (`&mut self`), and a read task shares
-//! nothing with it but the pool, which is lock-free; its result comes back through its
-//! `JoinHandle`.
+//! nothing with it but the pool, which is lock-free, and the slots' semaphore, which is taken
+//! by the read task alone and released by it; its result comes back through its `JoinHandle`.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -29,19 +34,21 @@ use tokio::task::{JoinError, JoinHandle};
 use crate::budget::{fits, reserve_segment};
 use crate::input::ChargedBatches;
 use crate::state::{MergeState, Step};
-use crate::{MergeError, MergeOptions};
+use crate::{MergeError, MergeOptions, ReadSlots};
 
 /// The batches of a [`Merger`](crate::Merger) as a `Stream`; same order, same batches, same
 /// errors, with segments read ahead on tokio's blocking threads. Poll it inside a tokio
 /// runtime (outside one, it yields an error).
 ///
-/// Dropping the stream cancels reads that have not started; reads already running finish on
-/// their blocking thread and release their memory when they do.
+/// Dropping the stream cancels reads that have not started (including those waiting for a read
+/// slot); reads already running finish on their blocking thread and release their memory and
+/// slot when they do.
 #[derive(Debug)]
 pub struct MergeStream {
     state: MergeState,
     pool: Arc<dyn MemoryPool>,
     read_ahead: usize,
+    slots: Option<ReadSlots>,
     /// Reads in flight, oldest first.
     reads: VecDeque<Read>,
 }
@@ -61,6 +68,7 @@ impl MergeStream {
             state,
             pool,
             read_ahead: options.read_ahead(),
+            slots: options.read_slots().cloned(),
             reads: VecDeque::new(),
         }
     }
@@ -83,7 +91,8 @@ impl MergeStream {
         Ok(())
     }
 
-    /// Starts the read of the next segment on a blocking thread.
+    /// Starts the read of the next segment on a blocking thread (after a read slot, if the
+    /// stream has slots).
     fn launch_one(&mut self) -> Result<(), ArrowError> {
         let runtime = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime,
@@ -100,9 +109,24 @@ impl MergeStream {
         let reservation = reserve_segment(&self.pool, &segment);
         let schema = self.schema();
         let (path, offset) = (segment.path().to_path_buf(), segment.offset());
-        let handle = runtime.spawn_blocking(move || {
-            ChargedBatches::read_segment(&segment, index, reservation, &schema)
-        });
+        let read = move || ChargedBatches::read_segment(&segment, index, reservation, &schema);
+        let handle = match self.slots.clone() {
+            None => runtime.spawn_blocking(read),
+            Some(slots) => {
+                let (path, offset) = (path.clone(), offset);
+                runtime.spawn(async move {
+                    let slot = slots.acquire().await;
+                    let blocking = tokio::task::spawn_blocking(move || {
+                        let batches = read();
+                        drop(slot);
+                        batches
+                    });
+                    blocking
+                        .await
+                        .unwrap_or_else(|e| Err(join_failure(e, path, offset)))
+                })
+            }
+        };
         self.reads.push_back(Read {
             handle,
             path,

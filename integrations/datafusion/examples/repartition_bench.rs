@@ -15,6 +15,8 @@
 //! - `--drive all|sequential`: every output partition polled at once (one task each), or read
 //!   one after another to its end, as a distributed engine's next stage reads them
 //! - `--key COLUMN` (default `l_orderkey`), `--inputs K` (default 2)
+//! - `--reads R`: the shards exchange's most concurrent segment reads (default: the buffer's,
+//!   twice the cores and at least 4; 0: unbounded)
 //!
 //! `benches/datafusion_bench.py` runs the whole table.
 
@@ -22,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use arrow_shards_datafusion::ShardRepartitionExec;
+use arrow_shards_datafusion::{ShardRepartitionExec, ShardRepartitionOptions};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{
     FairSpillPool, GreedyMemoryPool, MemoryPool, TrackConsumersPool,
@@ -42,6 +44,7 @@ struct Args {
     drive: String,
     key: String,
     inputs: usize,
+    reads: Option<usize>,
 }
 
 fn parse() -> Result<Args> {
@@ -53,6 +56,7 @@ fn parse() -> Result<Args> {
         drive: "all".into(),
         key: "l_orderkey".into(),
         inputs: 2,
+        reads: None,
     };
     let mut it = std::env::args().skip(1);
     let bad = |what: &str| DataFusionError::Configuration(format!("repartition_bench: {what}"));
@@ -70,6 +74,7 @@ fn parse() -> Result<Args> {
             "--drive" => args.drive = value()?,
             "--key" => args.key = value()?,
             "--inputs" => args.inputs = value()?.parse().map_err(|_| bad("--inputs K"))?,
+            "--reads" => args.reads = Some(value()?.parse().map_err(|_| bad("--reads R"))?),
             file if !file.starts_with('-') && args.file.is_empty() => args.file = file.into(),
             other => return Err(bad(&format!("unknown argument {other}"))),
         }
@@ -129,7 +134,13 @@ async fn main() -> Result<()> {
     let hash = Partitioning::Hash(vec![col(&args.key, &scan.schema())?], args.partitions);
     let plan: Arc<dyn ExecutionPlan> = match args.exchange.as_str() {
         "datafusion" => Arc::new(RepartitionExec::try_new(scan, hash)?),
-        "shards" => Arc::new(ShardRepartitionExec::try_new(scan, hash)?),
+        "shards" => {
+            let mut options = ShardRepartitionOptions::default();
+            if let Some(reads) = args.reads {
+                options = options.with_max_concurrent_reads(reads);
+            }
+            Arc::new(ShardRepartitionExec::try_new_with(scan, hash, options)?)
+        }
         "none" => scan,
         other => {
             return Err(DataFusionError::Configuration(format!(

@@ -59,10 +59,16 @@ struct Run {
 impl ShardRepartitionExec {
     /// Repartitions `input` by `partitioning` (`Hash` or `RoundRobinBatch`).
     pub fn try_new(input: Arc<dyn ExecutionPlan>, partitioning: Partitioning) -> Result<Self> {
-        Self::from_repartition(
-            &RepartitionExec::try_new(input, partitioning)?,
-            ShardRepartitionOptions::default(),
-        )
+        Self::try_new_with(input, partitioning, ShardRepartitionOptions::default())
+    }
+
+    /// [`try_new`](Self::try_new) with `options`.
+    pub fn try_new_with(
+        input: Arc<dyn ExecutionPlan>,
+        partitioning: Partitioning,
+        options: ShardRepartitionOptions,
+    ) -> Result<Self> {
+        Self::from_repartition(&RepartitionExec::try_new(input, partitioning)?, options)
     }
 
     /// Stands in for `repartition`, which must not preserve order and must hash or round
@@ -126,7 +132,9 @@ impl ShardRepartitionExec {
         ));
         // the buffer spills only under a limit; an unbounded session pool never refuses
         let limited = arrow_shards::MemoryPool::limit(pool.as_ref()).is_some();
-        let mut builder = ShardBuffer::builder(self.schema(), partitions).with_memory_pool(pool);
+        let mut builder = ShardBuffer::builder(self.schema(), partitions)
+            .with_memory_pool(pool)
+            .with_max_concurrent_reads(self.options.max_concurrent_reads);
         if limited {
             builder = match spill_root(context)? {
                 Some(root) => builder.with_spill_dir(root),

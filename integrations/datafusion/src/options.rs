@@ -27,6 +27,12 @@ pub struct ShardRepartitionOptions {
     /// other operators free in the same session pool sends no wake-up, so with nothing of its
     /// own left to spill a writer waits for this timeout. `None`: wait for ever.
     pub write_timeout: Option<Duration>,
+    /// The most spilled-segment reads the exchange's output streams run at once, all together
+    /// (default: the buffer's, `arrow_shards::default_max_concurrent_reads()`, twice the
+    /// cores and at least 4). DataFusion polls every output stream at once; unbounded, each
+    /// read takes its own blocking thread and allocator arena (docs/datafusion.md). `0`: no
+    /// bound.
+    pub max_concurrent_reads: usize,
 }
 
 impl Default for ShardRepartitionOptions {
@@ -34,6 +40,7 @@ impl Default for ShardRepartitionOptions {
         Self {
             min_output_partitions: 1,
             write_timeout: Some(Duration::from_secs(60)),
+            max_concurrent_reads: arrow_shards::default_max_concurrent_reads(),
         }
     }
 }
@@ -48,6 +55,12 @@ impl ShardRepartitionOptions {
     /// Sets [`write_timeout`](Self::write_timeout).
     pub fn with_write_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.write_timeout = timeout;
+        self
+    }
+
+    /// Sets [`max_concurrent_reads`](Self::max_concurrent_reads).
+    pub fn with_max_concurrent_reads(mut self, reads: usize) -> Self {
+        self.max_concurrent_reads = reads;
         self
     }
 }

@@ -65,12 +65,18 @@ struct Filled {
 /// spilled) are the ones written, and a segment's size is known from them; compaction cuts
 /// batches of its own size (with this limit, 1500-row batches of ~62 KB).
 fn filled() -> Filled {
+    filled_reading(arrow_shards::default_max_concurrent_reads())
+}
+
+/// [`filled`], with the streams' concurrent segment reads bounded by `reads`.
+fn filled_reading(reads: usize) -> Filled {
     let root = tempfile::tempdir().unwrap();
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), PARTITIONS)
         .with_memory_limit(LIMIT)
         .with_spill_dir(root.path())
         .with_spill_segment_bytes(SEGMENT_BYTES)
         .with_compact_target_rows(0)
+        .with_max_concurrent_reads(reads)
         .build()
         .unwrap();
     let mut expected = vec![Vec::new(); PARTITIONS as usize];
@@ -183,4 +189,37 @@ fn the_stream_passes_the_limit_by_at_most_its_segments() {
     drop(runtime);
     assert_within(&pool, 2, segment, "stream");
     buffer.close().unwrap();
+}
+
+/// Every partition streamed at once, as an engine polls its output streams, with one read slot
+/// (and with the bound off): each partition whole, in order, and the pool back to zero.
+#[test]
+fn partitions_streamed_at_once_through_one_read_slot_come_back_whole() {
+    for reads in [1, 0] {
+        let Filled {
+            buffer,
+            expected,
+            _root,
+            ..
+        } = filled_reading(reads);
+        let pool = Arc::clone(buffer.memory_pool());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let streams: Vec<_> = (0..PARTITIONS)
+            .map(|p| buffer.read(p).unwrap().into_stream())
+            .collect();
+        let got: Vec<Vec<i64>> = runtime.block_on(futures::future::join_all(
+            streams.into_iter().map(|stream| {
+                stream
+                    .flat_map(|b| futures::stream::iter(ids(&b.unwrap())))
+                    .collect::<Vec<i64>>()
+            }),
+        ));
+        assert_eq!(got, expected, "max concurrent reads {reads}");
+        drop(runtime);
+        buffer.close().unwrap();
+        assert_eq!(pool.reserved(), 0);
+    }
 }

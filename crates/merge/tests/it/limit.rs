@@ -78,7 +78,7 @@ fn a_full_pool_cuts_batches_short_before_each_read_and_holds_one_segment() {
     let (pool, charged, held) = pool_holding(limit, memory, others);
     let merger = Merger::new(
         sources(&schema, &segments, memory, charged),
-        options,
+        options.clone(),
         pool.clone(),
     );
     let out: Vec<_> = merger.collect::<Result<_, _>>().unwrap();
@@ -96,7 +96,7 @@ fn a_full_pool_cuts_batches_short_before_each_read_and_holds_one_segment() {
     let (pool, charged, held) = pool_holding(limit, memory, others);
     let merger = Merger::new(
         sources(&schema, &segments, memory, charged),
-        options,
+        options.clone(),
         pool.clone(),
     );
     let streamed: Vec<_> = runtime().block_on(async {
@@ -174,7 +174,7 @@ proptest! {
         let options = MergeOptions::new().with_target_rows(target).with_read_ahead(read_ahead);
 
         let (pool, charged, held) = pool_holding(limit, memory, others);
-        let merger = Merger::new(sources(&schema, &segments, memory, charged), options, pool.clone());
+        let merger = Merger::new(sources(&schema, &segments, memory, charged), options.clone(), pool.clone());
         let out: Vec<_> = merger.collect::<Result<_, _>>().unwrap();
         prop_assert_eq!(concat(&schema, &out), concat(&schema, &input));
         let sizes = check_sizes(&out, target, &boundaries);

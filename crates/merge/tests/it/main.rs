@@ -13,3 +13,4 @@ mod common;
 mod limit;
 mod memory;
 mod segments;
+mod slots;

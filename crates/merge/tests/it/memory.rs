@@ -334,7 +334,7 @@ fn the_stream_gives_the_same_batches_as_the_iterator() {
         MergeOptions::new().with_pass_through(),
     ] {
         let sizes = [5, 100, 63, 1, 1, 200, 7];
-        let (_, merger) = memory_merger(&sizes, options);
+        let (_, merger) = memory_merger(&sizes, options.clone());
         let from_iter: Vec<_> = merger.collect::<Result<Vec<_>, _>>().unwrap();
         let (_, merger) = memory_merger(&sizes, options);
         let from_stream: Vec<_> = runtime.block_on(async {
