@@ -31,8 +31,15 @@ pub struct Metrics {
     pub partitions_read: u64,
     /// Total time writers spent waiting for memory.
     pub write_wait: Duration,
-    /// In-memory bytes (each batch's own size) that went to disk.
+    /// Bytes of Arrow data that went to disk: each spilled batch's own rows (values, offsets,
+    /// validity; a slice counts its rows, not its parent's buffers), before IPC framing and
+    /// compression. Uncompressed, `bytes_written_to_disk` is this plus each segment's metadata
+    /// (its schema and message headers, a few hundred bytes to a few KiB by schema), which
+    /// dominates only when segments are tiny (many partitions under a small budget).
     pub bytes_spilled: u64,
+    /// Writes that needed more than the whole memory limit and went to disk directly, one
+    /// spill run each (counted in `spill_runs`).
+    pub direct_writes: u64,
     /// What the spill rounds needed to free to get back to the target (per round, capped at
     /// the round size): compare with `bytes_spilled`.
     pub bytes_needed_to_target: u64,

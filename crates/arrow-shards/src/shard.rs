@@ -1,10 +1,14 @@
 //! What a write brings into the buffer: a whole batch to store as it is, a small batch to copy
 //! into its partition's open batch, or a batch scattered over many partitions.
 
-use arrow_array::RecordBatch;
-use arrow_shards_memory::sizing::{Allocation, batch_allocations, batch_overhead};
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_select::take::take_record_batch;
+use arrow_shards_memory::sizing::{
+    Allocation, batch_allocations, batch_data_bytes, batch_overhead,
+};
 
 use crate::compact::Direct;
+use crate::error::Error;
 
 /// A batch held in memory with the allocations it was charged for.
 #[derive(Debug)]
@@ -15,6 +19,9 @@ pub(crate) struct Stored {
     pub(crate) size: usize,
     /// Fixed bytes it costs besides its allocations ([`batch_overhead`]), charged on their own.
     pub(crate) overhead: usize,
+    /// The bytes of data its own rows hold ([`batch_data_bytes`]): what spilling it writes,
+    /// and what `bytes_spilled` counts.
+    pub(crate) data: usize,
 }
 
 impl Stored {
@@ -25,6 +32,7 @@ impl Stored {
         let overhead = batch_overhead(&batch, allocations.len())
             + allocations.capacity() * std::mem::size_of::<Allocation>();
         Self {
+            data: batch_data_bytes(&batch),
             batch,
             allocations,
             size,
@@ -92,6 +100,9 @@ pub(crate) enum Shard {
     Scattered(Box<Scattered>),
 }
 
+/// One partition's rows of a write that goes to disk whole (see [`Shard::into_parts`]).
+pub(crate) type Part = (u32, Stored);
+
 impl Shard {
     /// The batch as the caller wrote it.
     pub(crate) fn into_batch(self) -> RecordBatch {
@@ -99,6 +110,49 @@ impl Shard {
             Shard::Whole(stored) => stored.batch,
             Shard::Small(batch) => batch,
             Shard::Scattered(s) => s.original,
+        }
+    }
+
+    /// The write's rows as one batch per partition, ascending by partition (a `Whole` or
+    /// `Small` shard is all `partition`'s), with the batch as written to hand back if the
+    /// write fails. A scattered batch copied in place is reordered here (one `take`).
+    pub(crate) fn into_parts(
+        self,
+        partition: u32,
+    ) -> Result<(Vec<Part>, RecordBatch), (Error, RecordBatch)> {
+        match self {
+            Shard::Whole(stored) => {
+                let original = stored.batch.clone();
+                Ok((vec![(partition, stored)], original))
+            }
+            Shard::Small(batch) => Ok((vec![(partition, Stored::new(batch.clone()))], batch)),
+            Shard::Scattered(scattered) => {
+                let Scattered {
+                    original,
+                    rows,
+                    ranges,
+                } = *scattered;
+                let sorted = match rows {
+                    Grouped::Sorted(sorted) => sorted,
+                    Grouped::Direct(direct) => {
+                        let order = UInt32Array::from(direct.order(&ranges));
+                        match take_record_batch(&original, &order) {
+                            Ok(sorted) => sorted,
+                            Err(e) => return Err((Error::Arrow(std::sync::Arc::new(e)), original)),
+                        }
+                    }
+                };
+                let parts = ranges
+                    .iter()
+                    .map(|&(p, start, len)| {
+                        (
+                            p,
+                            Stored::share_of(sorted.slice(start, len), sorted.num_rows()),
+                        )
+                    })
+                    .collect();
+                Ok((parts, original))
+            }
         }
     }
 }

@@ -40,8 +40,8 @@ pub(crate) struct InFlight {
     count: usize,
     /// Their cost (`Stored::cost`), what committing the spill frees.
     bytes: usize,
-    /// Their own sizes (`Stored::size`), what `bytes_spilled` counts.
-    size: usize,
+    /// Their data bytes (`Stored::data`), what `bytes_spilled` counts.
+    data: usize,
 }
 
 /// One output partition.
@@ -64,6 +64,18 @@ pub(crate) struct Partition {
     /// Rows in memory (stored and open) and on disk.
     memory_rows: usize,
     spilled_rows: usize,
+}
+
+/// One part of a direct write, on disk, to join its partition ([`State::land_direct`]).
+#[derive(Debug)]
+pub(crate) struct LandedPart {
+    pub(crate) partition: u32,
+    pub(crate) segments: Vec<SegmentRef>,
+    pub(crate) rows: usize,
+    /// Its own size (`Stored::size`), what `bytes_written` counts.
+    pub(crate) size: usize,
+    /// Its data bytes (`Stored::data`), what `bytes_spilled` counts.
+    pub(crate) data: usize,
 }
 
 /// What `read(p)` takes out of the state.
@@ -124,6 +136,8 @@ pub(crate) struct State {
     bytes_written: u64,
     partitions_read: u64,
     bytes_spilled: u64,
+    /// Writes too large for the whole limit that went to disk directly.
+    direct_writes: u64,
     /// Sum over spill rounds of what each needed to free to reach its goal.
     bytes_needed: u64,
 }
@@ -155,6 +169,7 @@ impl State {
             bytes_written: 0,
             partitions_read: 0,
             bytes_spilled: 0,
+            direct_writes: 0,
             bytes_needed: 0,
         }
     }
@@ -211,6 +226,7 @@ impl State {
         metrics.bytes_written = self.bytes_written;
         metrics.partitions_read = self.partitions_read;
         metrics.bytes_spilled = self.bytes_spilled;
+        metrics.direct_writes = self.direct_writes;
         metrics.bytes_needed_to_target = self.bytes_needed;
         metrics.spill_error = self.spill_error.clone();
     }
@@ -698,7 +714,7 @@ impl State {
                 ticket,
                 count: 0,
                 bytes: 0,
-                size: 0,
+                data: 0,
             });
             let cut = self.cut(partition);
             let p = &mut self.partitions[partition as usize];
@@ -712,7 +728,7 @@ impl State {
                 ticket,
                 count: p.batches.len(),
                 bytes: p.bytes,
-                size: p.batches.iter().map(|s| s.size).sum(),
+                data: p.batches.iter().map(|s| s.data).sum(),
             });
             bytes += p.bytes;
             p.bytes = 0;
@@ -747,7 +763,7 @@ impl State {
             ticket,
             count: p.batches.len(),
             bytes: p.bytes,
-            size: p.batches.iter().map(|s| s.size).sum(),
+            data: p.batches.iter().map(|s| s.data).sum(),
         });
         p.bytes = 0;
         Ok(Some((
@@ -783,34 +799,37 @@ impl State {
             self.allocations.remove(&s.allocations);
             self.extra -= s.overhead;
         }
-        self.bytes_spilled += flight.size as u64;
+        self.bytes_spilled += flight.data as u64;
         self.victims.update(partition, 0, now);
         self.settle();
         Vec::new()
     }
 
-    /// Adds an oversized batch that the spiller wrote to disk on its own (`rows`, `size` its
-    /// own) to `partition`, after whatever it holds now; refuses it, handing the segments back
-    /// to be dropped after unlock, if the partition can no longer be written.
+    /// Adds a direct write's parts, which the spiller wrote to disk on their own, each to its
+    /// partition after whatever it holds now: all of them, or none if a partition can no
+    /// longer be written (the segments are then handed back to be dropped after unlock).
     pub(crate) fn land_direct(
         &mut self,
-        partition: u32,
-        segments: Vec<SegmentRef>,
-        rows: usize,
-        size: usize,
+        parts: Vec<LandedPart>,
     ) -> Result<(), (Error, Vec<SegmentRef>)> {
-        if let Err(e) = self.check_writable(partition) {
-            return Err((e, segments));
+        if let Some(e) = parts
+            .iter()
+            .find_map(|part| self.check_writable(part.partition).err())
+        {
+            return Err((e, parts.into_iter().flat_map(|p| p.segments).collect()));
         }
         // Rows other producers wrote meanwhile are in memory and read after these segments;
         // this producer's earlier rows were spilled ahead of them by the direct write.
-        let p = &mut self.partitions[partition as usize];
-        p.segments.extend(segments);
-        p.spilled_rows += rows;
+        for part in parts {
+            let p = &mut self.partitions[part.partition as usize];
+            p.segments.extend(part.segments);
+            p.spilled_rows += part.rows;
+            self.rows_written += part.rows as u64;
+            self.bytes_written += part.size as u64;
+            self.bytes_spilled += part.data as u64;
+        }
         self.batches_written += 1;
-        self.rows_written += rows as u64;
-        self.bytes_written += size as u64;
-        self.bytes_spilled += size as u64;
+        self.direct_writes += 1;
         Ok(())
     }
 

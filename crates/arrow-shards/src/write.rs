@@ -7,8 +7,14 @@
 //! future), try, and wait only if the try failed, so no release is missed.
 //!
 //! With spilling on, a write that does not fit wakes the spiller (saying how much it needs) and
-//! waits for it; a batch larger than the whole limit goes to disk directly through the spiller;
-//! once a spill has failed, a write that would have to wait gets that error with its batch back.
+//! waits for it; once a spill has failed, a write that would have to wait gets that error with
+//! its batch back.
+//!
+//! **The oversized rule**, one place for every write form ([`ShardBuffer::attempt`]): a write
+//! that needs more than the whole limit, which no wait can make room for (a batch, or the
+//! rows a scattered batch brings to its partitions), goes to disk directly through the spiller
+//! ([`crate::spiller`]'s direct path), one part per partition, committed all or none. Without
+//! spilling it is refused with [`Error::MemoryExhausted`] and its batch handed back.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -24,6 +30,7 @@ use crate::schema_check::conform;
 use crate::shard::{Shard, Stored};
 use crate::spill_side::NeedGuard;
 use crate::spiller::{DirectReply, Landed};
+use crate::state::LandedPart;
 
 /// What a write attempt came to.
 enum Attempt {
@@ -34,16 +41,25 @@ enum Attempt {
         needed: usize,
         shard: Shard,
     },
+    /// It needs more than the whole limit: it goes to disk (the oversized rule).
+    Oversized(Shard),
+}
+
+/// How a waiting write goes on after one step.
+enum Step {
+    Done,
+    /// Wait for a release, then try again.
+    Wait(Shard),
+    /// Too large for the whole limit: to disk.
+    Disk(Shard),
 }
 
 /// How a write proceeds after `prepare`.
 enum Plan {
     /// A valid zero-row batch: accepted, stored nowhere.
     Nothing,
-    /// Into memory, waiting for room if needed.
+    /// Into memory (or to disk, if it cannot fit even in an empty budget).
     Memory(Shard),
-    /// Larger than the whole limit: straight to disk.
-    Disk(Stored),
 }
 
 impl ShardBuffer {
@@ -65,14 +81,19 @@ impl ShardBuffer {
     /// rows are accepted, or none and the whole batch comes back in the error. Waits for memory
     /// like [`write`](Self::write) and is cancel-safe the same way.
     ///
-    /// Rows are grouped by partition with one counting sort and one gather (O(rows +
-    /// partitions)); each partition's rows are then copied into its open batch, or kept as a
-    /// slice when they reach the compaction target. Within a partition rows keep their order.
-    /// The ids must be one per row, not null, and below [`num_partitions`](Self::num_partitions)
-    /// ([`Error::PartitionIdsLength`], [`Error::NullPartitionId`],
-    /// [`Error::PartitionIdOutOfRange`]). The batch must fit in the memory limit as a whole
-    /// (split larger ones); the error's [`WriteError::partition`] is the partition it names,
-    /// or the first partition the batch has rows for.
+    /// Rows are grouped by partition with one counting pass (O(rows + partitions)); each
+    /// partition's rows are then copied into its open batch (straight from the batch as
+    /// written when every column is flat and every partition's share is small, else after one
+    /// reordering gather), or kept as a slice when they reach the compaction target. Within a
+    /// partition rows keep their order. The ids must be one per row, not null, and below
+    /// [`num_partitions`](Self::num_partitions) ([`Error::PartitionIdsLength`],
+    /// [`Error::NullPartitionId`], [`Error::PartitionIdOutOfRange`]); the error's
+    /// [`WriteError::partition`] is the partition it names, or the first partition the batch
+    /// has rows for.
+    ///
+    /// A batch whose rows need more than the whole memory limit goes to disk directly, one
+    /// part per partition, all or none (with spilling off it is refused with
+    /// [`Error::MemoryExhausted`]).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -116,8 +137,20 @@ impl ShardBuffer {
     ) -> Result<(), WriteError> {
         match self.prepare_scatter(batch, partitions.into())? {
             (_, Plan::Nothing) => Ok(()),
-            (partition, Plan::Memory(shard)) => self.last_try(partition, shard),
-            (partition, Plan::Disk(stored)) => self.last_try(partition, Shard::Whole(stored)),
+            (partition, Plan::Memory(shard)) => self.try_plan(partition, shard),
+        }
+    }
+
+    /// The try forms' one step: never waits for memory; a write too large for the whole limit
+    /// goes to disk before it returns (the caller's thread waits for that write).
+    fn try_plan(&self, partition: u32, shard: Shard) -> Result<(), WriteError> {
+        match self.last_try(partition, shard)? {
+            None => Ok(()),
+            Some(shard) => {
+                let (reply, parts) = self.hand_to_spiller(partition, shard)?;
+                // Not `blocking_recv`: a try may be called from an async task.
+                self.land(partition, futures::executor::block_on(reply), parts)
+            }
         }
     }
 
@@ -125,7 +158,6 @@ impl ShardBuffer {
         let mut stored = match plan {
             Plan::Nothing => return Ok(()),
             Plan::Memory(shard) => shard,
-            Plan::Disk(stored) => return self.write_direct_async(partition, stored).await,
         };
         let deadline = self
             .shared
@@ -138,8 +170,12 @@ impl ShardBuffer {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             stored = match self.try_or_wait(partition, stored, &mut need)? {
-                Some(stored) => stored,
-                None => return Ok(()),
+                Step::Wait(stored) => stored,
+                Step::Done => return Ok(()),
+                Step::Disk(shard) => {
+                    drop(need);
+                    return self.write_direct_async(partition, shard).await;
+                }
             };
             let waiting = Instant::now();
             let woken = match deadline {
@@ -152,7 +188,11 @@ impl ShardBuffer {
             self.record_wait(waiting);
             if !woken {
                 // One last try: the release may have come with the deadline.
-                return self.last_try(partition, stored);
+                drop(need);
+                return match self.last_try(partition, stored)? {
+                    None => Ok(()),
+                    Some(shard) => self.write_direct_async(partition, shard).await,
+                };
             }
         }
     }
@@ -169,7 +209,6 @@ impl ShardBuffer {
         let mut stored = match plan {
             Plan::Nothing => return Ok(()),
             Plan::Memory(shard) => shard,
-            Plan::Disk(stored) => return self.write_direct_blocking(partition, stored),
         };
         let deadline = self.shared.config.write_timeout.map(|t| Instant::now() + t);
         let signal = self.shared.pool.release_signal();
@@ -177,26 +216,35 @@ impl ShardBuffer {
         loop {
             let epoch = signal.epoch();
             stored = match self.try_or_wait(partition, stored, &mut need)? {
-                Some(stored) => stored,
-                None => return Ok(()),
+                Step::Wait(stored) => stored,
+                Step::Done => return Ok(()),
+                Step::Disk(shard) => {
+                    drop(need);
+                    return self.write_direct_blocking(partition, shard);
+                }
             };
             let waiting = Instant::now();
             let woken = signal.wait_blocking(epoch, deadline);
             self.record_wait(waiting);
             if !woken {
-                return self.last_try(partition, stored);
+                drop(need);
+                return match self.last_try(partition, stored)? {
+                    None => Ok(()),
+                    Some(shard) => self.write_direct_blocking(partition, shard),
+                };
             }
         }
     }
 
-    /// Writes `batch` to `partition` if it fits in memory now; never waits and never writes to
-    /// disk itself. A refusal asks the spiller to make room for this batch (even below the spill
-    /// threshold), so a later try fits once a spill round has run.
+    /// Writes `batch` to `partition` if it fits in memory now; never waits for memory. A
+    /// refusal asks the spiller to make room for this batch (even below the spill threshold),
+    /// so a later try fits once a spill round has run. A batch that cannot fit even in an
+    /// empty budget goes to disk through the spiller before this returns (the calling thread
+    /// waits for that write), as with [`write`](Self::write).
     pub fn try_write(&self, partition: u32, batch: RecordBatch) -> Result<(), WriteError> {
         match self.prepare(partition, batch)? {
             Plan::Nothing => Ok(()),
-            Plan::Memory(shard) => self.last_try(partition, shard),
-            Plan::Disk(stored) => self.last_try(partition, Shard::Whole(stored)),
+            Plan::Memory(shard) => self.try_plan(partition, shard),
         }
     }
 
@@ -222,18 +270,7 @@ impl ShardBuffer {
         {
             return Ok(Plan::Memory(Shard::Small(batch)));
         }
-        let stored = Stored::new(batch);
-        let oversized = self.spiller.is_some()
-            && self
-                .shared
-                .pool
-                .limit()
-                .is_some_and(|limit| stored.cost() > limit);
-        Ok(if oversized {
-            Plan::Disk(stored)
-        } else {
-            Plan::Memory(Shard::Whole(stored))
-        })
+        Ok(Plan::Memory(Shard::Whole(Stored::new(batch))))
     }
 
     /// Checks schema and partition ids and groups the rows by partition (outside the lock).
@@ -273,7 +310,9 @@ impl ShardBuffer {
         ))
     }
 
-    /// One try under the lock; wakes the spiller when the pool is past its threshold.
+    /// One try under the lock; wakes the spiller when the pool is past its threshold. This is
+    /// where the oversized rule is decided, for every write form: a shard that needs more than
+    /// the whole limit goes to disk when the buffer spills, and is refused otherwise.
     fn attempt(&self, partition: u32, shard: Shard) -> Result<Attempt, WriteError> {
         let result = self.shared.lock().try_insert(partition, shard);
         match result {
@@ -290,7 +329,10 @@ impl ShardBuffer {
                     shard,
                 })
             }
-            // More than the whole limit (a scattered batch): waiting would never end.
+            // More than the whole limit: waiting would never end.
+            Err((Error::MemoryExhausted { .. }, shard)) if self.spiller.is_some() => {
+                Ok(Attempt::Oversized(shard))
+            }
             Err((error, shard)) => Err(WriteError::new(
                 error_partition(&error, partition),
                 error,
@@ -299,22 +341,24 @@ impl ShardBuffer {
         }
     }
 
-    /// One step of a waiting write: `None` once the batch is in, the batch back if the writer
-    /// should wait for a release (its need counted in `need`), an error if it may not wait.
+    /// One step of a waiting write: done once the batch is in, the batch back if the writer
+    /// should wait for a release (its need counted in `need`) or go to disk, an error if it may
+    /// not wait.
     fn try_or_wait<'a>(
         &'a self,
         partition: u32,
         shard: Shard,
         need: &mut Option<NeedGuard<'a>>,
-    ) -> Result<Option<Shard>, WriteError> {
+    ) -> Result<Step, WriteError> {
         match self.attempt(partition, shard)? {
-            Attempt::Done => Ok(None),
+            Attempt::Done => Ok(Step::Done),
+            Attempt::Oversized(shard) => Ok(Step::Disk(shard)),
             Attempt::Full {
                 error,
                 needed,
                 shard,
             } => match self.may_wait(error, needed, need) {
-                Ok(()) => Ok(Some(shard)),
+                Ok(()) => Ok(Step::Wait(shard)),
                 Err(error) => Err(WriteError::new(partition, error, shard.into_batch())),
             },
         }
@@ -355,11 +399,13 @@ impl ShardBuffer {
         }
     }
 
-    /// The last try of a write that will not wait; a refusal asks the spiller to make room for
-    /// `needed` bytes in its next round (even below the threshold).
-    fn last_try(&self, partition: u32, shard: Shard) -> Result<(), WriteError> {
+    /// The last try of a write that will not wait: `None` once it is in, the shard back if it
+    /// must go to disk; a refusal asks the spiller to make room for `needed` bytes in its next
+    /// round (even below the threshold).
+    fn last_try(&self, partition: u32, shard: Shard) -> Result<Option<Shard>, WriteError> {
         match self.attempt(partition, shard)? {
-            Attempt::Done => Ok(()),
+            Attempt::Done => Ok(None),
+            Attempt::Oversized(shard) => Ok(Some(shard)),
             Attempt::Full {
                 error,
                 shard,
@@ -374,53 +420,82 @@ impl ShardBuffer {
         }
     }
 
-    fn write_direct_blocking(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
-        let (reply, keep, size) = self.hand_to_spiller(partition, stored)?;
-        self.land(partition, reply.blocking_recv(), keep, size)
+    fn write_direct_blocking(&self, partition: u32, shard: Shard) -> Result<(), WriteError> {
+        let (reply, parts) = self.hand_to_spiller(partition, shard)?;
+        self.land(partition, reply.blocking_recv(), parts)
     }
 
-    async fn write_direct_async(&self, partition: u32, stored: Stored) -> Result<(), WriteError> {
-        let (reply, keep, size) = self.hand_to_spiller(partition, stored)?;
+    async fn write_direct_async(&self, partition: u32, shard: Shard) -> Result<(), WriteError> {
+        let (reply, parts) = self.hand_to_spiller(partition, shard)?;
         // Dropping the future here drops the reply, and with it the landed segments.
-        self.land(partition, reply.await, keep, size)
+        self.land(partition, reply.await, parts)
     }
 
-    /// Sends an oversized batch to the spiller; returns the reply to wait for, with the batch
-    /// (kept to hand back on failure) and its size.
+    /// Splits a write too large for the whole limit into one part per partition and sends
+    /// them to the spiller; returns the reply to wait for, with what the writer keeps.
     fn hand_to_spiller(
         &self,
         partition: u32,
-        stored: Stored,
-    ) -> Result<(DirectReply, RecordBatch, usize), WriteError> {
+        shard: Shard,
+    ) -> Result<(DirectReply, Kept), WriteError> {
+        let (parts, original) = shard
+            .into_parts(partition)
+            .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
+        let kept = Kept {
+            parts: parts
+                .iter()
+                .map(|(p, stored)| (*p, stored.batch.num_rows(), stored.size, stored.data))
+                .collect(),
+            original,
+        };
         let spiller = self
             .spiller
             .as_ref()
-            .expect("Plan::Disk only with a spiller");
-        let (keep, size) = (stored.batch.clone(), stored.size);
-        Ok((spiller.direct(partition, stored)?, keep, size))
+            .expect("oversized only with a spiller");
+        match spiller.direct(parts) {
+            Some(reply) => Ok((reply, kept)),
+            None => Err(WriteError::new(partition, Error::Closed, kept.original)),
+        }
     }
 
-    /// Commits an oversized batch's segments, written by the spiller, to its partition.
+    /// Commits a direct write's segments, written by the spiller, to their partitions.
     fn land(
         &self,
         partition: u32,
-        reply: Result<Result<Landed, WriteError>, RecvError>,
-        batch: RecordBatch,
-        size: usize,
+        reply: Result<Result<Landed, (u32, Error)>, RecvError>,
+        kept: Kept,
     ) -> Result<(), WriteError> {
-        let segments = match reply {
-            Ok(landed) => landed?,
-            Err(_) => return Err(WriteError::new(partition, self.spiller_gone(), batch)),
+        let landed = match reply {
+            Ok(Ok(landed)) => landed,
+            Ok(Err((p, error))) => return Err(WriteError::new(p, error, kept.original)),
+            Err(_) => {
+                return Err(WriteError::new(
+                    partition,
+                    self.spiller_gone(),
+                    kept.original,
+                ));
+            }
         };
-        let result = self
-            .shared
-            .lock()
-            .land_direct(partition, segments, batch.num_rows(), size);
+        let parts = landed
+            .into_iter()
+            .zip(&kept.parts)
+            .map(
+                |((partition, segments), &(_, rows, size, data))| LandedPart {
+                    partition,
+                    segments,
+                    rows,
+                    size,
+                    data,
+                },
+            )
+            .collect();
+        let result = self.shared.lock().land_direct(parts);
         match result {
             Ok(()) => Ok(()),
             Err((error, segments)) => {
                 drop(segments);
-                Err(WriteError::new(partition, error, batch))
+                let p = error_partition(&error, partition);
+                Err(WriteError::new(p, error, kept.original))
             }
         }
     }
@@ -449,4 +524,11 @@ fn error_partition(error: &Error, fallback: u32) -> u32 {
         Error::Sealed { partition } | Error::PartitionIdOutOfRange { partition, .. } => *partition,
         _ => fallback,
     }
+}
+
+/// What a writer keeps while the spiller writes its parts: each part's partition, rows, size
+/// and data bytes (to commit them), and the batch as written (to hand back on failure).
+struct Kept {
+    parts: Vec<(u32, usize, usize, usize)>,
+    original: RecordBatch,
 }

@@ -53,6 +53,71 @@ pub fn batch_memory_size(batch: &RecordBatch) -> usize {
     batch_allocations(batch).iter().map(|a| a.capacity).sum()
 }
 
+/// The bytes of data `batch`'s own rows hold: for each array the part of its buffers its slice
+/// covers (values, offsets, validity), list children only where the offsets point, view data
+/// only for the long values its views point at, dictionary values whole. This is what writing the batch to an Arrow IPC stream
+/// writes (before padding and metadata), unlike [`batch_memory_size`], which counts what the
+/// batch keeps alive: a 10-row slice of a 1M-row batch holds 10 rows of data but keeps the
+/// parent's allocations alive.
+pub fn batch_data_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|column| data_bytes(&column.to_data()))
+        .sum()
+}
+
+fn data_bytes(data: &ArrayData) -> usize {
+    let nulls = data.nulls().map_or(0, |_| data.len().div_ceil(8));
+    let list = |width: usize, start: usize, end: usize| {
+        let child = &data.child_data()[0];
+        let end = end.min(child.len());
+        let start = start.min(end);
+        nulls + width * (data.len() + 1) + data_bytes(&child.slice(start, end - start))
+    };
+    match data.data_type() {
+        DataType::List(_) | DataType::Map(_, _) => {
+            let offsets = data.buffer::<i32>(0);
+            let (first, last) = (offsets[0].max(0), offsets[data.len()].max(0));
+            list(4, first as usize, last as usize)
+        }
+        DataType::LargeList(_) => {
+            let offsets = data.buffer::<i64>(0);
+            let (first, last) = (offsets[0].max(0), offsets[data.len()].max(0));
+            list(8, first as usize, last as usize)
+        }
+        DataType::FixedSizeList(_, size) => {
+            let size = usize::try_from(*size).unwrap_or(0);
+            let start = data.offset() * size;
+            list(0, start, start + data.len() * size)
+        }
+        // A `StructArray`'s data holds its children sliced already; other struct data may
+        // hold them whole, with the struct's offset.
+        DataType::Struct(_) => {
+            let rows = |child: &ArrayData| match child.len() > data.len() {
+                true => data_bytes(&child.slice(data.offset(), data.len())),
+                false => data_bytes(child),
+            };
+            nulls + data.child_data().iter().map(rows).sum::<usize>()
+        }
+        // The spill writer compacts views (a slice's views may point into buffers holding
+        // every other row's values too): only the long values its rows point at count.
+        DataType::Utf8View | DataType::BinaryView => {
+            let long: usize = data.buffer::<u128>(0)[..data.len()]
+                .iter()
+                .map(|view| *view as u32 as usize)
+                .filter(|&len| len > 12)
+                .sum();
+            nulls + 16 * data.len() + long
+        }
+        // Everything else (primitives, bytes, dictionaries) arrow measures itself; on a
+        // malformed array, its buffers' lengths.
+        _ => data
+            .get_slice_memory_size()
+            .unwrap_or_else(|_| data.buffers().iter().map(Buffer::len).sum()),
+    }
+}
+
 /// Fixed bytes a batch held in memory costs beyond its buffers' capacities: the batch's column
 /// list, one `Arc`'d array struct per column, one `Arc`'d `Bytes` header per allocation, the
 /// allocator's header on each of those, and a holder's per-batch bookkeeping (an entry in its
@@ -169,6 +234,55 @@ mod tests {
     use arrow_array::types::Int32Type;
     use arrow_array::{ArrayRef, Int64Array, StringArray, StructArray};
     use arrow_schema::{DataType, Field};
+
+    /// A slice holds its rows' data, not its parent's: values, offsets, list children where
+    /// the offsets point, long view values it points at, struct children's rows.
+    #[test]
+    fn data_bytes_count_a_slices_own_rows() {
+        let batch_of = |array: ArrayRef| RecordBatch::try_from_iter([("a", array)]).unwrap();
+        // int64: 8 bytes a row
+        let parent = batch_of(ints(1000));
+        assert_eq!(batch_data_bytes(&parent), 8000);
+        assert_eq!(batch_data_bytes(&parent.slice(10, 100)), 800);
+        // utf8: offsets (rows + 1) and the value bytes of its rows
+        let strings: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..1000).map(|i| if i < 500 { "ab" } else { "abcdef" }),
+        ));
+        let parent = batch_of(strings);
+        assert_eq!(batch_data_bytes(&parent.slice(0, 10)), 4 * 11 + 20);
+        assert_eq!(batch_data_bytes(&parent.slice(600, 10)), 4 * 11 + 60);
+        // list<int64>: offsets and the child values its offsets point at
+        let mut list = ListBuilder::new(arrow_array::builder::Int64Builder::new());
+        for i in 0..100 {
+            list.values().append_slice(&[i; 3]);
+            list.append(true);
+        }
+        let parent = batch_of(Arc::new(list.finish()));
+        assert_eq!(batch_data_bytes(&parent.slice(50, 10)), 4 * 11 + 8 * 30);
+        // views: 16 bytes a row plus the long (> 12 bytes) values its rows point at
+        let mut views = StringViewBuilder::new();
+        for i in 0..100 {
+            views.append_value(if i % 2 == 0 {
+                "short"
+            } else {
+                "a value of 20 bytes."
+            });
+        }
+        let parent = batch_of(Arc::new(views.finish()));
+        assert_eq!(batch_data_bytes(&parent.slice(0, 10)), 16 * 10 + 5 * 20);
+        // dictionary: keys of its rows, the values whole (an IPC stream writes them whole)
+        let mut dict = StringDictionaryBuilder::<Int32Type>::new();
+        for i in 0..100 {
+            dict.append_value(["x", "yy", "zzz"][i % 3]);
+        }
+        let parent = batch_of(Arc::new(dict.finish()));
+        assert_eq!(batch_data_bytes(&parent.slice(0, 10)), 4 * 10 + 4 * 4 + 6);
+        // struct: its children's rows
+        let fields = vec![Field::new("i", DataType::Int64, false)];
+        let array = StructArray::new(fields.into(), vec![ints(100)], None);
+        let parent = batch_of(Arc::new(array));
+        assert_eq!(batch_data_bytes(&parent.slice(20, 10)), 80);
+    }
 
     fn ints(n: i64) -> ArrayRef {
         Arc::new(Int64Array::from_iter_values(0..n))

@@ -57,6 +57,19 @@ impl Direct {
         small.then_some(Self { range_of_row, var })
     }
 
+    /// The input row at each position of the grouped order (input order within a range), for
+    /// `ranges` (`(partition, start, len)` in the grouped order, as tagged).
+    pub(crate) fn order(&self, ranges: &[(u32, usize, usize)]) -> Vec<u32> {
+        let mut next: Vec<usize> = ranges.iter().map(|&(_, start, _)| start).collect();
+        let mut order = vec![0u32; self.range_of_row.len()];
+        for (row, &k) in self.range_of_row.iter().enumerate() {
+            let slot = &mut next[k as usize];
+            order[*slot] = row as u32;
+            *slot += 1;
+        }
+        order
+    }
+
     /// Bytes of variable-length data range `k` adds to column `c`.
     pub(crate) fn var(&self, c: usize, k: usize) -> usize {
         self.var[c].as_ref().map_or(0, |v| v[k])

@@ -4,7 +4,8 @@
 //! One thread per buffer, fed through a crossbeam channel of [`Job`]s:
 //! - `Wake` after a write that left the pool at or above the threshold, or a write that did not
 //!   fit (with the bytes it needs, so the round frees at least that much);
-//! - `Direct` for a batch larger than the whole limit: it is written to disk at once, after the
+//! - `Direct` for a write that cannot fit even in an empty budget (a batch, or the parts of a
+//!   scattered batch, see [`direct`]): it is written to disk at once, each part after its
 //!   partition's batches in memory (which the spiller commits), and its segments are sent back
 //!   for the *writer* to commit, so a write whose future was dropped never lands;
 //! - `Shutdown` from `close()` or the last handle's drop.
@@ -36,41 +37,35 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use arrow_shards_memory::MemoryReservation;
 use arrow_shards_spill::{SegmentRef, SpillError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::error::{Error, WriteError};
-use crate::shard::Stored;
+use crate::builder::MIN_SPILL_ROUND_BYTES;
+use crate::error::Error;
+use crate::shard::Part;
 use crate::shared::Shared;
 use crate::spill_side::SpillSide;
 use crate::state::SizedBatches;
 
+mod direct;
 mod peer;
 
+pub(crate) use direct::{DirectReply, Landed};
 use peer::Peer;
 
 /// What the spiller is asked to do.
 pub(crate) enum Job {
     Wake,
     Direct {
-        partition: u32,
-        stored: Stored,
-        reply: tokio::sync::oneshot::Sender<Result<Landed, WriteError>>,
+        parts: Vec<Part>,
+        reply: tokio::sync::oneshot::Sender<Result<Landed, (u32, Error)>>,
     },
     /// Answered once every job sent before it is done (`ShardBuffer::wait_for_spills`).
     Barrier(tokio::sync::oneshot::Sender<()>),
     Shutdown,
 }
-
-/// An oversized batch's segments on disk, not yet part of its partition: the writer commits
-/// them with [`State::land_direct`](crate::state::State::land_direct), or drops them.
-pub(crate) type Landed = Vec<SegmentRef>;
-
-/// The spiller's answer to a direct write.
-pub(crate) type DirectReply = tokio::sync::oneshot::Receiver<Result<Landed, WriteError>>;
 
 /// Owns the spiller thread; the last buffer handle's drop (or `close`) stops it.
 #[derive(Debug)]
@@ -85,7 +80,7 @@ impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Job::Wake => f.write_str("Wake"),
-            Job::Direct { partition, .. } => write!(f, "Direct({partition})"),
+            Job::Direct { parts, .. } => write!(f, "Direct({} parts)", parts.len()),
             Job::Barrier(_) => f.write_str("Barrier"),
             Job::Shutdown => f.write_str("Shutdown"),
         }
@@ -113,22 +108,14 @@ impl Spiller {
         peer::wake(&self.jobs, side);
     }
 
-    /// Hands an oversized batch to the spiller; the receiver answers when it is on disk.
-    pub(crate) fn direct(&self, partition: u32, stored: Stored) -> Result<DirectReply, WriteError> {
+    /// Hands the parts of a write too large for the whole budget to the spiller; the receiver
+    /// answers when they are on disk. `None` if the spiller has stopped (the buffer is closed).
+    pub(crate) fn direct(&self, parts: Vec<Part>) -> Option<DirectReply> {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        match self.jobs.send(Job::Direct {
-            partition,
-            stored,
-            reply,
-        }) {
-            Ok(()) => Ok(rx),
-            Err(e) => match e.into_inner() {
-                Job::Direct { stored, .. } => {
-                    Err(WriteError::new(partition, Error::Closed, stored.batch))
-                }
-                _ => unreachable!("sent a Direct job"),
-            },
-        }
+        self.jobs
+            .send(Job::Direct { parts, reply })
+            .ok()
+            .map(|()| rx)
     }
 
     /// A receiver answered once every job queued before now (wakes included, so the rounds
@@ -220,14 +207,10 @@ fn run(shared: &Shared, me: &std::sync::Weak<Peer>, jobs: &Receiver<Job>) {
                     last_failure = Some(Instant::now());
                 }
             }
-            Job::Direct {
-                partition,
-                stored,
-                reply,
-            } => {
+            Job::Direct { parts, reply } => {
                 // The writer may have gone (its future dropped): then the batch was never
                 // accepted, and dropping the result (its segments) is right.
-                let _ = reply.send(direct(shared, side, partition, stored));
+                let _ = reply.send(direct::write(shared, side, parts));
             }
             Job::Barrier(done) => {
                 let _ = done.send(());
@@ -287,12 +270,8 @@ fn spill_with_retries(
                         Ok(Job::Barrier(done)) => {
                             let _ = done.send(());
                         }
-                        Ok(Job::Direct {
-                            partition,
-                            stored,
-                            reply,
-                        }) => {
-                            let _ = reply.send(direct(shared, side, partition, stored));
+                        Ok(Job::Direct { parts, reply }) => {
+                            let _ = reply.send(direct::write(shared, side, parts));
                         }
                     }
                 }
@@ -330,7 +309,9 @@ fn round(shared: &Shared, me: &std::sync::Weak<Peer>, side: &SpillSide, first: b
         None if need > 0 => need,
         None => return Round::Done,
     }
-    .min(side.config.max_round_bytes);
+    .min(side.config.max_round_bytes)
+    // The floor: a round that frees only a writer's few KiB makes runs of a few KiB.
+    .max(MIN_SPILL_ROUND_BYTES.min(side.config.max_round_bytes));
 
     // Asked before taking our own lock: each member's lock is taken alone.
     let elsewhere = me
@@ -381,7 +362,7 @@ fn round(shared: &Shared, me: &std::sync::Weak<Peer>, side: &SpillSide, first: b
 
 /// Writes one run: each partition's batches as segments of at most `segment_bytes` (or one
 /// batch, if a batch is larger), so a reader never decodes more than that at once.
-fn write_run(
+pub(super) fn write_run(
     side: &SpillSide,
     chosen: &[(u32, SizedBatches)],
 ) -> Result<Vec<(u32, Vec<SegmentRef>)>, SpillError> {
@@ -410,78 +391,4 @@ fn write_run(
         .into_iter()
         .map(|(p, n)| (p, segments.by_ref().take(n).collect()))
         .collect())
-}
-
-/// Writes `stored` straight to disk after `partition`'s batches in memory, in segments of its
-/// own; commits the batches from memory and returns the new batch's segments uncommitted.
-fn direct(
-    shared: &Shared,
-    side: &SpillSide,
-    partition: u32,
-    stored: Stored,
-) -> Result<Landed, WriteError> {
-    // Counted while on its way to disk: the process holds it, even though it exceeds the limit.
-    let mut in_flight = MemoryReservation::new(&shared.pool);
-    in_flight.grow(stored.size);
-    let start = {
-        let mut state = shared.lock();
-        let refused = state
-            .check_writable(partition)
-            .err()
-            .or_else(|| state.spill_error().map(Error::Spill));
-        match refused {
-            Some(error) => Err(error),
-            None => state.start_spill_of(partition),
-        }
-    };
-    let (ticket, batches) = match start {
-        Ok(Some(started)) => started,
-        Ok(None) => {
-            return Err(WriteError::new(
-                partition,
-                Error::Internal("partition already in flight"),
-                stored.batch,
-            ));
-        }
-        Err(error) => return Err(WriteError::new(partition, error, stored.batch)),
-    };
-    let mut chosen = Vec::with_capacity(2);
-    if !batches.is_empty() {
-        chosen.push((partition, batches));
-    }
-    chosen.push((partition, vec![(stored.batch.clone(), stored.size)]));
-    let result = write_run(side, &chosen);
-    drop(chosen);
-    let mut state = shared.lock();
-    match result {
-        Ok(mut segments) => {
-            let (_, landed) = segments.pop().expect("the new batch's entry");
-            let memory = segments.pop().map(|(_, s)| s).unwrap_or_default();
-            let voided = state.commit_spill(partition, ticket, memory);
-            drop(state);
-            if !voided.is_empty() {
-                // A read took the partition while its batches were being written.
-                drop((voided, landed));
-                return Err(WriteError::new(
-                    partition,
-                    Error::Sealed { partition },
-                    stored.batch,
-                ));
-            }
-            // The charge goes with this function: the batch is on disk.
-            Ok(landed)
-        }
-        Err(error) => {
-            state.abort_spill(partition, ticket);
-            let error = state.spill_error().unwrap_or_else(|| Arc::new(error));
-            state.set_spill_error(Arc::clone(&error));
-            drop(state);
-            shared.pool.release_signal().notify();
-            Err(WriteError::new(
-                partition,
-                Error::Spill(error),
-                stored.batch,
-            ))
-        }
-    }
 }

@@ -32,6 +32,7 @@ mod read_budget;
 mod schema_rule;
 mod shared_pool;
 mod shutdown;
+mod small_budgets;
 mod small_shards;
 mod spilling;
 mod waiting;
