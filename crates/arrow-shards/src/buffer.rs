@@ -21,8 +21,8 @@ use crate::error::{ConfigError, Error};
 use crate::metrics::Metrics;
 use crate::read::PartitionReader;
 use crate::shared::{Counters, Shared};
-use crate::spill_side::SpillSide;
 use crate::spiller::Spiller;
+use crate::spiller::side::SpillSide;
 use crate::state::{PartitionSize, State};
 
 /// A memory-budgeted buffer of Arrow record batches, each tagged with an output partition.

@@ -73,16 +73,17 @@ mod error;
 pub mod fuzz;
 mod leftovers;
 mod metrics;
+mod oversized;
 mod read;
 mod scatter;
 mod schema_check;
 mod shard;
 mod shared;
-mod spill_side;
 mod spiller;
 mod state;
 mod victims;
 mod write;
+mod write_all;
 
 pub use arrow_shards_memory::{
     BoundedPool, MemoryExhausted, MemoryPool, MemoryReservation, ReleaseSignal, SpillPeer,
@@ -102,6 +103,7 @@ pub use read::{PartitionReader, PartitionStream};
 pub use scatter::{PartitionIds, RowsByPartition};
 pub use shard::batch_cost;
 pub use state::PartitionSize;
+pub use write_all::{WriteAllError, Written};
 
 /// The README's example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]

@@ -14,7 +14,7 @@ use arrow_shards_memory::MemoryPool;
 use crate::compact::CompactConfig;
 use crate::config::Config;
 use crate::error::Error;
-use crate::spill_side::SpillSide;
+use crate::spiller::side::SpillSide;
 use crate::state::State;
 use std::sync::Arc;
 

@@ -20,7 +20,6 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
-use tokio::sync::oneshot::error::RecvError;
 
 use crate::buffer::ShardBuffer;
 use crate::compact::copy_bytes;
@@ -28,9 +27,7 @@ use crate::error::{Error, WriteError};
 use crate::scatter::{PartitionIds, scatter};
 use crate::schema_check::conform;
 use crate::shard::{Shard, Stored};
-use crate::spill_side::NeedGuard;
-use crate::spiller::{DirectReply, Landed};
-use crate::state::LandedPart;
+use crate::spiller::side::NeedGuard;
 
 /// What a write attempt came to.
 enum Attempt {
@@ -420,95 +417,6 @@ impl ShardBuffer {
         }
     }
 
-    fn write_direct_blocking(&self, partition: u32, shard: Shard) -> Result<(), WriteError> {
-        let (reply, parts) = self.hand_to_spiller(partition, shard)?;
-        self.land(partition, reply.blocking_recv(), parts)
-    }
-
-    async fn write_direct_async(&self, partition: u32, shard: Shard) -> Result<(), WriteError> {
-        let (reply, parts) = self.hand_to_spiller(partition, shard)?;
-        // Dropping the future here drops the reply, and with it the landed segments.
-        self.land(partition, reply.await, parts)
-    }
-
-    /// Splits a write too large for the whole limit into one part per partition and sends
-    /// them to the spiller; returns the reply to wait for, with what the writer keeps.
-    fn hand_to_spiller(
-        &self,
-        partition: u32,
-        shard: Shard,
-    ) -> Result<(DirectReply, Kept), WriteError> {
-        let (parts, original) = shard
-            .into_parts(partition)
-            .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
-        let kept = Kept {
-            parts: parts
-                .iter()
-                .map(|(p, stored)| (*p, stored.batch.num_rows(), stored.size, stored.data))
-                .collect(),
-            original,
-        };
-        let spiller = self
-            .spiller
-            .as_ref()
-            .expect("oversized only with a spiller");
-        match spiller.direct(parts) {
-            Some(reply) => Ok((reply, kept)),
-            None => Err(WriteError::new(partition, Error::Closed, kept.original)),
-        }
-    }
-
-    /// Commits a direct write's segments, written by the spiller, to their partitions.
-    fn land(
-        &self,
-        partition: u32,
-        reply: Result<Result<Landed, (u32, Error)>, RecvError>,
-        kept: Kept,
-    ) -> Result<(), WriteError> {
-        let landed = match reply {
-            Ok(Ok(landed)) => landed,
-            Ok(Err((p, error))) => return Err(WriteError::new(p, error, kept.original)),
-            Err(_) => {
-                return Err(WriteError::new(
-                    partition,
-                    self.spiller_gone(),
-                    kept.original,
-                ));
-            }
-        };
-        let parts = landed
-            .into_iter()
-            .zip(&kept.parts)
-            .map(
-                |((partition, segments), &(_, rows, size, data))| LandedPart {
-                    partition,
-                    segments,
-                    rows,
-                    size,
-                    data,
-                },
-            )
-            .collect();
-        let result = self.shared.lock().land_direct(parts);
-        match result {
-            Ok(()) => Ok(()),
-            Err((error, segments)) => {
-                drop(segments);
-                let p = error_partition(&error, partition);
-                Err(WriteError::new(p, error, kept.original))
-            }
-        }
-    }
-
-    /// Why a direct write got no answer: the buffer was closed under it, or the spiller died.
-    fn spiller_gone(&self) -> Error {
-        if self.shared.lock().is_closed() {
-            Error::Closed
-        } else {
-            Error::Internal("the spiller thread stopped")
-        }
-    }
-
     fn record_wait(&self, since: Instant) {
         let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.shared
@@ -519,16 +427,9 @@ impl ShardBuffer {
 }
 
 /// The partition an error names, else `fallback`.
-fn error_partition(error: &Error, fallback: u32) -> u32 {
+pub(crate) fn error_partition(error: &Error, fallback: u32) -> u32 {
     match error {
         Error::Sealed { partition } | Error::PartitionIdOutOfRange { partition, .. } => *partition,
         _ => fallback,
     }
-}
-
-/// What a writer keeps while the spiller writes its parts: each part's partition, rows, size
-/// and data bytes (to commit them), and the batch as written (to hand back on failure).
-struct Kept {
-    parts: Vec<(u32, usize, usize, usize)>,
-    original: RecordBatch,
 }

@@ -17,11 +17,11 @@ use std::sync::Arc;
 use arrow_shards_memory::MemoryReservation;
 use arrow_shards_spill::SegmentRef;
 
-use super::write_run;
+use super::run::write_run;
+use super::side::SpillSide;
 use crate::error::Error;
 use crate::shard::Part;
 use crate::shared::Shared;
-use crate::spill_side::SpillSide;
 use crate::state::SizedBatches;
 
 /// A direct write's segments on disk, per partition, not yet part of their partitions: the

@@ -37,23 +37,25 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use arrow_shards_spill::{SegmentRef, SpillError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::builder::MIN_SPILL_ROUND_BYTES;
 use crate::error::Error;
 use crate::shard::Part;
 use crate::shared::Shared;
-use crate::spill_side::SpillSide;
-use crate::state::SizedBatches;
+use side::SpillSide;
 
 mod direct;
 mod peer;
+mod policy;
+mod round;
+mod run;
+pub(crate) mod side;
 
 pub(crate) use direct::{DirectReply, Landed};
 use peer::Peer;
+use round::{Round, round};
 
 /// What the spiller is asked to do.
 pub(crate) enum Job {
@@ -170,16 +172,6 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 /// After [`SPILL_ATTEMPTS`] failures, how often a wake may try again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
-/// What a round came to.
-enum Round {
-    /// It freed memory; another round may be needed.
-    Freed,
-    /// Nothing (more) to do.
-    Done,
-    /// Writing the run failed; its batches stayed in memory.
-    Failed(SpillError),
-}
-
 fn run(shared: &Shared, me: &std::sync::Weak<Peer>, jobs: &Receiver<Job>) {
     let Some(side) = shared.spill.as_ref() else {
         return;
@@ -279,116 +271,4 @@ fn spill_with_retries(
             }
         }
     }
-}
-
-/// One spill round; `true` if it freed memory and another round may be needed. The `first`
-/// round after a wake starts only if the pool is still at the threshold or a writer still has
-/// no room (a charge that woke the spiller may be gone, e.g. an oversized batch that has since
-/// reached disk); later rounds continue down to the target.
-fn round(shared: &Shared, me: &std::sync::Weak<Peer>, side: &SpillSide, first: bool) -> Round {
-    let limit = shared.pool.limit().unwrap_or(usize::MAX);
-    let need = side.waiting_need.load(Ordering::Acquire)
-        + if first {
-            side.requested.swap(0, Ordering::AcqRel)
-        } else {
-            0
-        };
-
-    let goal = side.config.target_bytes.min(limit.saturating_sub(need));
-    let reserved = shared.pool.reserved();
-    if first && need == 0 && reserved < side.config.threshold_bytes {
-        return Round::Done;
-    }
-    // Freeing `reserved - goal` leaves room for the need, since `goal <= limit - need`. When the
-    // pool's figures say the need fits already but a writer still waits, either its need is
-    // stale (it fits now and will stop waiting) or the limit that binds is not the one the pool
-    // reports: a pool shared with other consumers (DataFusion's fair share, say) refuses before
-    // its own limit. Nothing else would wake that writer, so free its need from this buffer.
-    let want = match reserved.checked_sub(goal).filter(|&over| over > 0) {
-        Some(over) => over,
-        None if need > 0 => need,
-        None => return Round::Done,
-    }
-    .min(side.config.max_round_bytes)
-    // The floor: a round that frees only a writer's few KiB makes runs of a few KiB.
-    .max(MIN_SPILL_ROUND_BYTES.min(side.config.max_round_bytes));
-
-    // Asked before taking our own lock: each member's lock is taken alone.
-    let elsewhere = me
-        .upgrade()
-        .and_then(|me| me.largest_other(shared.pool.spill_peers()));
-    let floor = elsewhere.as_ref().map_or(0, |(bytes, _)| *bytes);
-    let (ticket, chosen) = {
-        let mut state = shared.lock();
-        if state.is_closed() {
-            return Round::Done;
-        }
-        let (ticket, chosen) = state.start_spill(want, floor);
-        if !chosen.is_empty() {
-            state.note_needed(want);
-        }
-        (ticket, chosen)
-    };
-    if chosen.is_empty() {
-        if let Some((_, largest)) = elsewhere {
-            // The largest partition is another buffer's: it makes the room (its round sees the
-            // pool-wide reservation, and our writers' need), and our writers wake on its release.
-            largest.request_spill(need);
-        }
-        return Round::Done;
-    }
-    let result = write_run(side, &chosen);
-    let mut voided = Vec::new();
-    let outcome = {
-        let mut state = shared.lock();
-        match result {
-            Ok(segments) => {
-                for (partition, segments) in segments {
-                    voided.extend(state.commit_spill(partition, ticket, segments));
-                }
-                Round::Freed
-            }
-            Err(error) => {
-                for (partition, _) in &chosen {
-                    state.abort_spill(*partition, ticket);
-                }
-                Round::Failed(error)
-            }
-        }
-    };
-    drop((voided, chosen));
-    outcome
-}
-
-/// Writes one run: each partition's batches as segments of at most `segment_bytes` (or one
-/// batch, if a batch is larger), so a reader never decodes more than that at once.
-pub(super) fn write_run(
-    side: &SpillSide,
-    chosen: &[(u32, SizedBatches)],
-) -> Result<Vec<(u32, Vec<SegmentRef>)>, SpillError> {
-    let schema = chosen[0].1[0].0.schema();
-    let mut run = side.dir.run_writer(schema, side.config.options.clone());
-    let mut counts = Vec::with_capacity(chosen.len());
-    let mut chunk = Vec::new();
-    for (partition, batches) in chosen {
-        let mut segments = 0;
-        let mut bytes = 0;
-        for (i, (batch, size)) in batches.iter().enumerate() {
-            chunk.push(batch.clone());
-            bytes += size;
-            let next = batches.get(i + 1).map_or(0, |(_, size)| *size);
-            if i + 1 == batches.len() || bytes + next > side.config.segment_bytes {
-                run.append(*partition, &chunk)?;
-                chunk.clear();
-                segments += 1;
-                bytes = 0;
-            }
-        }
-        counts.push((*partition, segments));
-    }
-    let mut segments = run.finish()?.into_iter();
-    Ok(counts
-        .into_iter()
-        .map(|(p, n)| (p, segments.by_ref().take(n).collect()))
-        .collect())
 }

@@ -12,8 +12,8 @@ use std::sync::{Arc, Weak};
 use arrow_shards_memory::{SpillPeer, SpillPeers};
 use crossbeam_channel::Sender;
 
+use super::side::SpillSide;
 use crate::shared::Shared;
-use crate::spill_side::SpillSide;
 
 use super::Job;
 

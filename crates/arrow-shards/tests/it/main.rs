@@ -36,3 +36,4 @@ mod small_budgets;
 mod small_shards;
 mod spilling;
 mod waiting;
+mod write_all;

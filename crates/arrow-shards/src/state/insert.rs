@@ -1,0 +1,322 @@
+//! How rows get into the buffer, under its lock: each shard kind (a whole batch, a small batch
+//! copied into its partition's open batch, a scattered batch reordered or copied in place) is
+//! charged before it is stored, and stored whole or not at all.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+
+use super::State;
+use crate::compact::{self, CompactConfig, Direct, OpenBatch};
+use crate::error::Error;
+use crate::shard::{Grouped, Scattered, Shard, Stored};
+
+impl State {
+    /// Charges and stores `shard`, or refuses it (handing it back) if the pool has no room or
+    /// the partition may not be written. `partition` is the target of a `Whole` or `Small`
+    /// shard; a scattered one names its own.
+    pub(crate) fn try_insert(
+        &mut self,
+        partition: u32,
+        shard: Shard,
+    ) -> Result<(), (Error, Shard)> {
+        match shard {
+            Shard::Whole(stored) => self
+                .try_insert_whole(partition, stored)
+                .map_err(|(e, s)| (e, Shard::Whole(s))),
+            Shard::Small(batch) => {
+                if let Err(e) = self.check_writable(partition) {
+                    return Err((e, Shard::Small(batch)));
+                }
+                let rows = batch.num_rows();
+                let needed = self.append_growth(partition, &batch, 0, rows);
+                if let Err(e) = self.try_reserve(needed) {
+                    return Err((e, Shard::Small(batch)));
+                }
+                let result = self.append(partition, &batch, 0, rows);
+                self.settle();
+                match result {
+                    Ok(()) => {
+                        self.batches_written += 1;
+                        Ok(())
+                    }
+                    Err(e) => Err((e, Shard::Small(batch))),
+                }
+            }
+            Shard::Scattered(scattered) => self
+                .try_insert_scattered(&scattered)
+                .map_err(|e| (e, Shard::Scattered(scattered))),
+        }
+    }
+
+    fn try_reserve(&mut self, needed: usize) -> Result<(), Error> {
+        self.reservation
+            .try_grow(needed)
+            .map_err(|e| Error::MemoryExhausted {
+                needed,
+                reserved: e.reserved,
+                limit: e.limit,
+            })
+    }
+
+    fn try_insert_whole(&mut self, partition: u32, stored: Stored) -> Result<(), (Error, Stored)> {
+        if let Err(e) = self.check_writable(partition) {
+            return Err((e, stored));
+        }
+        // Insert first and undo on refusal: one pass over the allocation set on the hot path.
+        let needed = self.allocations.insert(&stored.allocations) + stored.overhead;
+        if let Err(e) = self.try_reserve(needed) {
+            self.allocations.remove(&stored.allocations);
+            return Err((e, stored));
+        }
+        self.extra += stored.overhead;
+        // Rows copied into the open batch were written first: cut it so they stay first.
+        if let Err(e) = self.cut(partition) {
+            self.allocations.remove(&stored.allocations);
+            self.extra -= stored.overhead;
+            self.settle();
+            return Err((e, stored));
+        }
+        self.batches_written += 1;
+        self.rows_written += stored.batch.num_rows() as u64;
+        self.bytes_written += stored.size as u64;
+        self.push_stored(partition, stored);
+        self.settle();
+        Ok(())
+    }
+
+    /// Charges and stores every range of `scattered`, or none (refusing the whole batch).
+    fn try_insert_scattered(&mut self, scattered: &Scattered) -> Result<(), Error> {
+        for &(partition, _, _) in &scattered.ranges {
+            self.check_writable(partition)?;
+        }
+        let sorted = match &scattered.rows {
+            Grouped::Sorted(sorted) => sorted,
+            Grouped::Direct(direct) => {
+                return self.try_insert_direct(&scattered.original, direct, &scattered.ranges);
+            }
+        };
+        let mut whole = Vec::new();
+        let mut needed = 0;
+        // Ranges kept whole are slices of one reordered batch: its allocations count once.
+        let mut shared = Vec::new();
+        for &(partition, start, len) in &scattered.ranges {
+            if self.appends(sorted, len) {
+                needed += self.append_growth(partition, sorted, start, len);
+            } else {
+                let stored = Stored::share_of(sorted.slice(start, len), sorted.num_rows());
+                needed += stored.overhead;
+                shared.extend_from_slice(&stored.allocations);
+                whole.push((partition, stored));
+            }
+        }
+        shared.sort_unstable_by_key(|a| a.ptr);
+        shared.dedup_by_key(|a| a.ptr);
+        needed += self.allocations.added_bytes(&shared);
+        self.try_reserve(needed)?;
+        let mut whole = whole.into_iter().peekable();
+        let mut result = Ok(());
+        for &(partition, start, len) in &scattered.ranges {
+            let step = match whole.next_if(|(p, _)| *p == partition) {
+                Some((_, stored)) => self.cut(partition).map(|()| {
+                    self.allocations.insert(&stored.allocations);
+                    self.extra += stored.overhead;
+                    self.rows_written += len as u64;
+                    self.bytes_written += stored.size as u64;
+                    self.push_stored(partition, stored);
+                }),
+                None => self.append(partition, sorted, start, len),
+            };
+            if step.is_err() {
+                // Only a bug gets here (the rows were checked); keep what was stored.
+                result = step;
+                break;
+            }
+        }
+        self.settle();
+        if result.is_ok() {
+            self.batches_written += 1;
+        }
+        result
+    }
+
+    /// Charges `batch`'s rows and copies each straight into its partition's open batch
+    /// ([`compact::copy_rows`]), or refuses the whole batch. Every range is below the compaction
+    /// target and every column flat (the scatter chose [`Grouped::Direct`]).
+    fn try_insert_direct(
+        &mut self,
+        batch: &RecordBatch,
+        direct: &Direct,
+        ranges: &[(u32, usize, usize)],
+    ) -> Result<(), Error> {
+        let config = self.compact.expect("a direct scatter only with compaction");
+        let has_nulls: Vec<bool> = batch.columns().iter().map(|a| a.null_count() > 0).collect();
+        let mut needed = 0;
+        for (k, &(partition, _, len)) in ranges.iter().enumerate() {
+            let var = |c: usize| direct.var(c, k);
+            let p = &self.partitions[partition as usize];
+            needed += match &p.open {
+                Some(open) if !open.is_full_for(&config, len) => {
+                    open.growth_of_rows(len, var, &has_nulls, &config)
+                }
+                Some(open) => OpenBatch::fresh_charge_of_rows(
+                    &self.schema,
+                    &open.next_start(),
+                    len,
+                    var,
+                    &has_nulls,
+                    &config,
+                ),
+                None => OpenBatch::fresh_charge_of_rows(
+                    &self.schema,
+                    &p.start,
+                    len,
+                    var,
+                    &has_nulls,
+                    &config,
+                ),
+            };
+        }
+        self.try_reserve(needed)?;
+        let result = self.copy_direct(batch, direct, ranges, &config);
+        self.settle();
+        if result.is_ok() {
+            self.batches_written += 1;
+        }
+        result
+    }
+
+    /// The reserved part of [`try_insert_direct`](Self::try_insert_direct): cuts the open
+    /// batches that are full for their range, copies the rows, then books each partition's new
+    /// charge and cuts those that reached a target.
+    fn copy_direct(
+        &mut self,
+        batch: &RecordBatch,
+        direct: &Direct,
+        ranges: &[(u32, usize, usize)],
+        config: &CompactConfig,
+    ) -> Result<(), Error> {
+        for &(partition, _, len) in ranges {
+            let full = self.partitions[partition as usize]
+                .open
+                .as_ref()
+                .is_some_and(|o| o.is_full_for(config, len));
+            if full {
+                self.cut(partition)?;
+            }
+        }
+        let lens: Vec<usize> = ranges.iter().map(|r| r.2).collect();
+        let mut before = Vec::with_capacity(ranges.len());
+        {
+            // The ranges' open batches, in range order (ranges ascend by partition).
+            let schema = Arc::clone(&self.schema);
+            let mut targets: Vec<&mut OpenBatch> = Vec::with_capacity(ranges.len());
+            let mut rest = &mut self.partitions[..];
+            let mut base = 0;
+            for &(partition, _, _) in ranges {
+                let (_, tail) = rest.split_at_mut(partition as usize - base);
+                let (p, tail) = tail.split_first_mut().expect("ranges name partitions");
+                let open = p
+                    .open
+                    .get_or_insert_with(|| OpenBatch::new(&schema, &p.start));
+                before.push(open.data_bytes());
+                targets.push(open);
+                rest = tail;
+                base = partition as usize + 1;
+            }
+            compact::copy_rows(&mut targets, batch, direct, &lens, config)
+                .map_err(|e| Error::Arrow(Arc::new(e)))?;
+        }
+        for (&(partition, _, len), data_before) in ranges.iter().zip(before) {
+            self.appended(partition, len, data_before, config)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `len` rows of `batch` are copied into an open batch rather than stored whole.
+    pub(crate) fn appends(&self, batch: &RecordBatch, len: usize) -> bool {
+        self.compact.is_some_and(|c| len < c.target_rows)
+            && crate::compact::compactable(&self.schema, batch)
+    }
+
+    /// What appending `batch[start..start + len]` to `partition`'s open batch would add.
+    fn append_growth(
+        &self,
+        partition: u32,
+        batch: &RecordBatch,
+        start: usize,
+        len: usize,
+    ) -> usize {
+        let config = self.compact.as_ref().expect("appends only with compaction");
+        // A cut never adds to the charge (`OpenBatch::bytes`), so only the append counts.
+        let p = &self.partitions[partition as usize];
+        match &p.open {
+            Some(open) if !open.is_full_for(config, len) => open.growth(batch, start, len, config),
+            // Cut first: the fresh batch starts where this one leaves off.
+            Some(open) => {
+                let next = open.next_start();
+                OpenBatch::fresh_charge(&self.schema, &next, batch, start, len, config)
+            }
+            None => OpenBatch::fresh_charge(&self.schema, &p.start, batch, start, len, config),
+        }
+    }
+
+    /// Copies `batch[start..start + len]` into `partition`'s open batch, cutting it first if it
+    /// is full. The caller has reserved [`append_growth`](Self::append_growth) and settles after.
+    fn append(
+        &mut self,
+        partition: u32,
+        batch: &RecordBatch,
+        start: usize,
+        len: usize,
+    ) -> Result<(), Error> {
+        let config = self.compact.expect("appends only with compaction");
+        let full = self.partitions[partition as usize]
+            .open
+            .as_ref()
+            .is_some_and(|o| o.is_full_for(&config, len));
+        if full {
+            self.cut(partition)?;
+        }
+        let schema = Arc::clone(&self.schema);
+        let p = &mut self.partitions[partition as usize];
+        let open = p
+            .open
+            .get_or_insert_with(|| OpenBatch::new(&schema, &p.start));
+        let before = open.data_bytes();
+        open.append(batch, start, len, &config)
+            .map_err(|e| Error::Arrow(Arc::new(e)))?;
+        self.appended(partition, len, before, &config)
+    }
+
+    /// Books `len` rows just copied into `partition`'s open batch (which held `data_before`
+    /// bytes of data before): its new charge, the counters, the victim index; then cuts it if
+    /// it reached a target.
+    fn appended(
+        &mut self,
+        partition: u32,
+        len: usize,
+        data_before: usize,
+        config: &CompactConfig,
+    ) -> Result<(), Error> {
+        let p = &mut self.partitions[partition as usize];
+        let open = p.open.as_ref().expect("rows were copied into it");
+        let (charge, written, full) = (
+            open.bytes(),
+            open.data_bytes() - data_before,
+            open.is_full(config),
+        );
+        let old = p.bytes;
+        self.extra = self.extra + charge - p.open_charge;
+        p.bytes = p.bytes + charge - p.open_charge;
+        p.open_charge = charge;
+        p.memory_rows += len;
+        self.rows_written += len as u64;
+        self.bytes_written += written as u64;
+        self.bytes_changed(partition, old);
+        if full {
+            self.cut(partition)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! The ledger's balance invariant, after each operation on a `State`: the reservation equals
+//! what is held (allocations once each, overheads, open batches), the pool sees exactly the
+//! reservation, and every row is somewhere (memory, disk, or taken by a read).
+
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_shards_memory::{BoundedPool, MemoryPool, MemoryReservation};
+use proptest::prelude::*;
+
+use super::{State, Taken};
+use crate::compact::CompactConfig;
+use crate::scatter::scatter;
+use crate::shard::{Shard, Stored};
+
+const PARTITIONS: u32 = 5;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("s", DataType::Utf8, true),
+    ]))
+}
+
+fn batch(first: i64, rows: usize) -> RecordBatch {
+    let k = Int64Array::from_iter_values(first..first + rows as i64);
+    let s = StringArray::from_iter((0..rows).map(|i| (i % 3 != 0).then(|| "x".repeat(i % 20))));
+    RecordBatch::try_new(schema(), vec![Arc::new(k), Arc::new(s)]).unwrap()
+}
+
+/// One operation on the state, as the buffer's callers make them.
+#[derive(Debug, Clone)]
+enum Op {
+    Whole(u32, usize),
+    Small(u32, usize),
+    Scatter(usize, bool),
+    Spill(usize),
+    SpillOf(u32, bool),
+    Read(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..PARTITIONS, 1usize..3000).prop_map(|(p, n)| Op::Whole(p, n)),
+        (0..PARTITIONS, 1usize..50).prop_map(|(p, n)| Op::Small(p, n)),
+        (1usize..400, any::<bool>()).prop_map(|(n, flat)| Op::Scatter(n, flat)),
+        (0usize..100_000).prop_map(Op::Spill),
+        (0..PARTITIONS, any::<bool>()).prop_map(|(p, commit)| Op::SpillOf(p, commit)),
+        (0..PARTITIONS).prop_map(Op::Read),
+    ]
+}
+
+/// Checks the invariant: `check_balance`, the pool holding exactly the reservation and what
+/// reads took, and the rows in memory plus on disk plus taken equal to the rows written.
+fn assert_balanced(
+    state: &State,
+    pool: &Arc<dyn MemoryPool>,
+    taken: &[Taken],
+    taken_rows: usize,
+    what: &Op,
+) {
+    state
+        .check_balance()
+        .unwrap_or_else(|e| panic!("after {what:?}: {e}"));
+    let reads: usize = taken.iter().map(|t| t.reservation.size()).sum();
+    assert_eq!(
+        pool.reserved(),
+        state.reservation.size() + reads,
+        "after {what:?}"
+    );
+    let held: usize = state
+        .partitions
+        .iter()
+        .map(|p| p.memory_rows + p.spilled_rows)
+        .sum();
+    assert_eq!(
+        held + taken_rows,
+        state.rows_written as usize,
+        "rows lost or doubled after {what:?}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn the_reservation_equals_what_is_held_after_every_operation(
+        ops in proptest::collection::vec(op(), 1..40),
+        compact_on in any::<bool>(),
+    ) {
+        let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(64 << 20));
+        let schema = schema();
+        let compact = compact_on
+            .then(|| CompactConfig::new(&schema, 1024, 1 << 20, Some(64 << 20)))
+            .flatten();
+        let mut state = State::new(
+            schema,
+            PARTITIONS,
+            MemoryReservation::new(&pool),
+            true,
+            compact,
+        );
+        let (mut next, mut taken_rows) = (0i64, 0usize);
+        let mut taken = Vec::new();
+        for op in &ops {
+            match *op {
+                Op::Whole(p, n) => {
+                    let shard = Shard::Whole(Stored::new(batch(next, n)));
+                    if state.try_insert(p, shard).is_ok() {
+                        next += n as i64;
+                    }
+                }
+                Op::Small(p, n) if compact.is_some() => {
+                    if state.try_insert(p, Shard::Small(batch(next, n))).is_ok() {
+                        next += n as i64;
+                    }
+                }
+                Op::Small(..) => {}
+                Op::Scatter(n, flat) => {
+                    let ids: Vec<u32> = (0..n as u32).map(|r| (r * 7 + r / 3) % PARTITIONS).collect();
+                    let copy_below = compact.filter(|_| flat).map(|c| c.target_rows);
+                    let scattered = scatter(batch(next, n), (&ids).into(), PARTITIONS, copy_below)
+                        .map_err(|(e, _)| e)
+                        .unwrap();
+                    if state.try_insert(0, Shard::Scattered(Box::new(scattered))).is_ok() {
+                        next += n as i64;
+                    }
+                }
+                Op::Spill(want) => {
+                    let (ticket, chosen) = state.start_spill(want, 0);
+                    for (p, _) in chosen {
+                        assert!(state.commit_spill(p, ticket, Vec::new()).is_empty());
+                    }
+                }
+                Op::SpillOf(p, commit) => {
+                    if let Ok(Some((ticket, _))) = state.start_spill_of(p) {
+                        if commit {
+                            assert!(state.commit_spill(p, ticket, Vec::new()).is_empty());
+                        } else {
+                            state.abort_spill(p, ticket);
+                        }
+                    }
+                }
+                Op::Read(p) => {
+                    state.seal(p).unwrap();
+                    let rows = {
+                        let part = &state.partitions[p as usize];
+                        part.memory_rows + part.spilled_rows
+                    };
+                    if let Ok(t) = state.take_for_read(p) {
+                        taken_rows += rows;
+                        taken.push(t);
+                    }
+                }
+            }
+            assert_balanced(&state, &pool, &taken, taken_rows, op);
+        }
+        drop(taken);
+        let (drained, _) = state.close();
+        drop(drained);
+        state.check_balance().unwrap();
+        prop_assert_eq!(pool.reserved(), 0);
+    }
+}

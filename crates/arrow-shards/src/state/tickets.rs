@@ -1,0 +1,218 @@
+//! How batches leave memory, under the buffer's lock: spill tickets (a round or a direct write
+//! marks a partition's batches in flight, then commits or aborts), the landing of a direct
+//! write's parts, and a read taking a partition (which voids a running spill's ticket).
+
+use arrow_shards_spill::SegmentRef;
+
+use super::{InFlight, LandedPart, SizedBatches, State, Taken};
+use crate::compact::Start;
+use crate::error::Error;
+use crate::shard::Stored;
+
+impl State {
+    /// Marks `partition` read and takes its segments and batches (including any being spilled
+    /// right now, whose spill is voided), with a reservation for the bytes those batches alone
+    /// keep alive; allocations shared with other partitions stay charged to the buffer.
+    pub(crate) fn take_for_read(&mut self, partition: u32) -> Result<Taken, Error> {
+        if self.closed {
+            return Err(Error::Closed);
+        }
+        let finished = self.finished;
+        let p = &self.partitions[partition as usize];
+        if p.read {
+            return Err(Error::AlreadyRead { partition });
+        }
+        if !(p.sealed || finished) {
+            return Err(Error::NotComplete { partition });
+        }
+        self.cut(partition)?;
+        self.settle();
+        let held = self.held();
+        let p = &mut self.partitions[partition as usize];
+        p.read = true;
+        p.start = Start::default();
+        if p.in_flight.take().is_none() {
+            self.victims.update(partition, p.bytes, 0);
+        }
+        p.bytes = 0;
+        p.memory_rows = 0;
+        p.spilled_rows = 0;
+        let batches = std::mem::take(&mut p.batches);
+        let segments = std::mem::take(&mut p.segments);
+        for s in &batches {
+            self.allocations.remove(&s.allocations);
+            self.extra -= s.overhead;
+        }
+        self.partitions_read += 1;
+        let freed = held - self.held();
+        Ok(Taken {
+            segments,
+            batches,
+            reservation: self.reservation.split(freed),
+        })
+    }
+
+    /// The bytes of the largest partition a spill round could take now; 0 if none, or if
+    /// spilling is failing or the buffer is closed (another buffer on the pool then spills its
+    /// own rather than wait on this one).
+    pub(crate) fn largest_spillable(&self) -> usize {
+        if self.closed || self.spill_error.is_some() {
+            return 0;
+        }
+        self.victims.largest()
+    }
+
+    /// Picks the largest partitions until `want` bytes are chosen (at least one partition if any
+    /// holds `floor` bytes or more), cuts their open batches, marks their batches in flight under
+    /// a new ticket and returns clones of them to write. `floor` is the largest partition of the
+    /// other buffers on the pool (0 if none): a partition smaller than it is left for the buffer
+    /// that holds it to spill first.
+    pub(crate) fn start_spill(
+        &mut self,
+        want: usize,
+        floor: usize,
+    ) -> (u64, Vec<(u32, SizedBatches)>) {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let mut chosen = Vec::new();
+        let mut bytes = 0;
+        while bytes < want.max(1) {
+            let Some((partition, size)) = self.victims.pop_largest(floor) else {
+                break;
+            };
+            debug_assert_eq!(self.partitions[partition as usize].bytes, size);
+            // Popped from the index: the cut's own index update must not find it there.
+            self.partitions[partition as usize].in_flight = Some(InFlight {
+                ticket,
+                count: 0,
+                bytes: 0,
+                data: 0,
+            });
+            let cut = self.cut(partition);
+            let p = &mut self.partitions[partition as usize];
+            if cut.is_err() {
+                // Only a bug gets here; leave the partition out of this round.
+                p.in_flight = None;
+                continue;
+            }
+            debug_assert!(!p.read);
+            p.in_flight = Some(InFlight {
+                ticket,
+                count: p.batches.len(),
+                bytes: p.bytes,
+                data: p.batches.iter().map(|s| s.data).sum(),
+            });
+            bytes += p.bytes;
+            p.bytes = 0;
+            chosen.push((
+                partition,
+                p.batches
+                    .iter()
+                    .map(|s| (s.batch.clone(), s.size))
+                    .collect(),
+            ));
+        }
+        self.settle();
+        (ticket, chosen)
+    }
+
+    /// Starts spilling exactly `partition`'s batches (for a direct write of an oversized batch).
+    /// `None` if it is being spilled already.
+    pub(crate) fn start_spill_of(
+        &mut self,
+        partition: u32,
+    ) -> Result<Option<(u64, SizedBatches)>, Error> {
+        if self.partitions[partition as usize].in_flight.is_some() {
+            return Ok(None);
+        }
+        self.cut(partition)?;
+        self.settle();
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let p = &mut self.partitions[partition as usize];
+        self.victims.update(partition, p.bytes, 0);
+        p.in_flight = Some(InFlight {
+            ticket,
+            count: p.batches.len(),
+            bytes: p.bytes,
+            data: p.batches.iter().map(|s| s.data).sum(),
+        });
+        p.bytes = 0;
+        Ok(Some((
+            ticket,
+            p.batches
+                .iter()
+                .map(|s| (s.batch.clone(), s.size))
+                .collect(),
+        )))
+    }
+
+    /// Completes a spill of `partition` under `ticket`: its in-flight batches leave memory and
+    /// `segments` join its segments. If a read took the partition meanwhile, nothing changes and
+    /// the segments are handed back to be dropped (after unlock).
+    pub(crate) fn commit_spill(
+        &mut self,
+        partition: u32,
+        ticket: u64,
+        segments: Vec<SegmentRef>,
+    ) -> Vec<SegmentRef> {
+        let p = &mut self.partitions[partition as usize];
+        let Some(flight) = p.in_flight.filter(|f| f.ticket == ticket) else {
+            return segments;
+        };
+        p.in_flight = None;
+        let spilled: Vec<Stored> = p.batches.drain(..flight.count).collect();
+        let rows: usize = spilled.iter().map(|s| s.batch.num_rows()).sum();
+        p.memory_rows -= rows;
+        p.spilled_rows += rows;
+        p.segments.extend(segments);
+        let now = p.bytes;
+        for s in &spilled {
+            self.allocations.remove(&s.allocations);
+            self.extra -= s.overhead;
+        }
+        self.bytes_spilled += flight.data as u64;
+        self.victims.update(partition, 0, now);
+        self.settle();
+        Vec::new()
+    }
+
+    /// Adds a direct write's parts, which the spiller wrote to disk on their own, each to its
+    /// partition after whatever it holds now: all of them, or none if a partition can no
+    /// longer be written (the segments are then handed back to be dropped after unlock).
+    pub(crate) fn land_direct(
+        &mut self,
+        parts: Vec<LandedPart>,
+    ) -> Result<(), (Error, Vec<SegmentRef>)> {
+        if let Some(e) = parts
+            .iter()
+            .find_map(|part| self.check_writable(part.partition).err())
+        {
+            return Err((e, parts.into_iter().flat_map(|p| p.segments).collect()));
+        }
+        // Rows other producers wrote meanwhile are in memory and read after these segments;
+        // this producer's earlier rows were spilled ahead of them by the direct write.
+        for part in parts {
+            let p = &mut self.partitions[part.partition as usize];
+            p.segments.extend(part.segments);
+            p.spilled_rows += part.rows;
+            self.rows_written += part.rows as u64;
+            self.bytes_written += part.size as u64;
+            self.bytes_spilled += part.data as u64;
+        }
+        self.batches_written += 1;
+        self.direct_writes += 1;
+        Ok(())
+    }
+
+    /// Undoes a failed spill of `partition`: its batches simply stay in memory.
+    pub(crate) fn abort_spill(&mut self, partition: u32, ticket: u64) {
+        let p = &mut self.partitions[partition as usize];
+        if let Some(flight) = p.in_flight.filter(|f| f.ticket == ticket) {
+            p.in_flight = None;
+            let old = p.bytes;
+            p.bytes += flight.bytes;
+            self.victims.update(partition, old, p.bytes);
+        }
+    }
+}
