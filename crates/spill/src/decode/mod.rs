@@ -26,8 +26,9 @@
 //! parsed before the checksum is known, to find where each message ends; every length is
 //! checked against the segment's remaining bytes, and the flatbuffer is parsed with its
 //! verifier. Decoding proper (schema, dictionaries, arrays) happens only on verified bytes,
-//! and is still guarded: errors and panics become [`SpillError::Corrupt`]. The decoded batches
-//! must conform to the run's schema ([`crate::check_schema`]) and are re-labelled with it.
+//! and is still guarded: errors and panics become
+//! [`SpillError::Corrupt`](crate::SpillError::Corrupt). The decoded batches must conform to the
+//! run's schema ([`crate::check_schema`]) and are re-labelled with it.
 
 mod source;
 mod verify;
