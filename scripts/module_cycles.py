@@ -2,11 +2,16 @@
 """Checks that no two files of a crate import each other, directly or in a circle.
 
 For every crate under crates/ (and benches/), each `.rs` file under `src/` is a node; an edge
-goes from a file to every file whose items it names with `crate::a::b` or `super::` paths
-(in `use` lines or inline). Names re-exported by `lib.rs` (`pub use a::Item;`) resolve to the
-file that defines them, so `use crate::Item` counts as an edge to `a.rs`. `lib.rs` itself (the
-crate root, which declares every module) and `mod.rs`-to-child edges are not counted. Test
-modules (`#[cfg(test)] mod tests { ... }` to the end of a file) are ignored.
+goes from a file to every file whose items it names with `crate::a::b`, `super::` or `self::`
+paths, or with paths that start at one of its own child modules (`mod child;` then
+`use child::Item`), in `use` lines (re-exports included) or inline. A parent naming its
+child's items is an edge like any other, so a `mod.rs` that imports (or re-exports) from a
+child whose file imports the parent's own items is a circle. Names re-exported by `lib.rs` or
+by any module file (`pub use a::Item;`) resolve to the file that defines them, so
+`use crate::Item` counts as an edge to `a.rs`, and `super::Item` in a child to the sibling the
+parent re-exports it from. `lib.rs` itself (the crate root, which declares every module) is not
+a node, and the `mod child;` declarations are not edges. Test modules (`#[cfg(test)] mod tests
+{ ... }` to the end of a file) are ignored.
 
     python3 scripts/module_cycles.py            # exit 1 and list the cycles, if any
 
@@ -38,42 +43,70 @@ def code_of(text: str) -> str:
     return text[: cut.start()] if cut else text
 
 
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+# a path and what it names: `a::b::Item`, `a::b::{X, y::Z}`; `(?<![\w:])` keeps to path starts
+PATH = re.compile(r"(?<![\w:])((?:[a-z_][a-z0-9_]*::)+)(\{[^}]*\}|" + IDENT + ")")
+
+
+def absolute(mod: tuple[str, ...], path: list[str], children: set[str]):
+    """The absolute module path of `path` as written in module `mod` (None: another crate)."""
+    if not path:
+        return None
+    head, rest = path[0], path[1:]
+    if head == "crate":
+        return tuple(rest)
+    if head == "self":
+        return mod + tuple(rest)
+    if head == "super":
+        up = mod[:-1]
+        while rest and rest[0] == "super":
+            up, rest = up[:-1], rest[1:]
+        return up + tuple(rest)
+    if head in children:
+        return mod + tuple(path)
+    return None
+
+
 def crate_graph(src: Path):
     files = {module_of(src, f): f for f in src.rglob("*.rs")}
-    lib = files.get(())
-    reexports = {}
-    if lib:
-        for m in re.finditer(r"pub use ([a-z_][a-z0-9_:]*)::\{?([^;]*)\}?;", code_of(lib.read_text())):
-            path = tuple(m.group(1).split("::"))
-            for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", m.group(2)):
-                if path in files or path[:1] in {p[:1] for p in files}:
-                    reexports[name] = path
+    codes = {m: code_of(f.read_text()) for m, f in files.items()}
+    children = {m: set(re.findall(r"\bmod ([a-z_][a-z0-9_]*)\s*;", c)) for m, c in codes.items()}
+    # per module file, the names it re-exports and the absolute path of the module they come from
+    reexports = {m: {} for m in files}
+    for mod, code in codes.items():
+        for m in re.finditer(r"pub(?:\([a-z]+\))? use ((?:[a-z_][a-z0-9_]*::)+)\{?([^;]*?)\}?;", code):
+            path = absolute(mod, m.group(1).split("::")[:-1], children[mod])
+            if path is None:
+                continue
+            for name in re.findall(IDENT, m.group(2)):
+                if name != "self":
+                    reexports[mod][name] = path
+
+    def resolve(path: tuple[str, ...], name: str, depth: int = 0):
+        """The file defining `name` as named through module `path`."""
+        if path + (name,) in files:
+            return path + (name,)
+        if path in files and name in reexports[path] and depth < 16:
+            return resolve(reexports[path][name], name, depth + 1)
+        while path and path not in files:
+            path = path[:-1]
+        return path if path in files else None
+
     edges = {m: set() for m in files}
-    for mod, file in files.items():
+    for mod, code in codes.items():
         if mod == ():
             continue
-        code = code_of(file.read_text())
         targets = set()
-        for m in re.finditer(r"crate::((?:[a-z_][a-z0-9_]*::)*)(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)", code):
-            path = tuple(p for p in m.group(1).split("::") if p)
-            names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", m.group(2))
-            if path:
-                targets.add(path)
-            else:
-                targets.update(reexports[n] for n in names if n in reexports)
-                targets.update((n,) for n in names if (n,) in files)
-        for m in re.finditer(r"super::([a-z_][a-z0-9_]*)", code):
-            parent = mod[:-1] if file.name != "mod.rs" else mod[:-1]
-            targets.add(parent + (m.group(1),))
-        for t in targets:
-            # the longest prefix that is a file
-            while t and t not in files:
-                t = t[:-1]
-            if t and t != mod and not (mod and t == mod[:-1] and False):
-                # a parent `mod.rs` naming its own child is a declaration, not a dependency
-                if files[mod].name == "mod.rs" and t[: len(mod)] == mod:
-                    continue
-                edges[mod].add(t)
+        for m in PATH.finditer(code):
+            path = absolute(mod, m.group(1).split("::")[:-1], children[mod])
+            if path is None:
+                continue
+            for name in re.findall(IDENT, m.group(2)):
+                if name == "self":
+                    targets.add(resolve(path[:-1], path[-1]) if path else None)
+                else:
+                    targets.add(resolve(path, name))
+        edges[mod] = {t for t in targets if t is not None and t != mod and t != ()}
     return files, edges
 
 

@@ -9,22 +9,16 @@
 //! each column is matched once per batch and each value is pushed once into buffers that were
 //! grown beforehand, by exactly what the charge predicted.
 //!
-//! Only for batches whose columns are all of the flat types an open column copies itself
-//! ([`super::is_flat`]) and whose ranges are all below the compaction target.
+//! This file owns the rows' tags ([`Direct`]: each row's range, each range's variable-length
+//! bytes per column, the grouped order); the copy itself is [`OpenBatch::append_tagged`]. Only
+//! for batches whose columns are all of the flat types an open column copies itself
+//! (`batch::all_flat`) and whose ranges are all below the compaction target.
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{ByteArrayType, ByteViewType};
-use arrow_array::{
-    Array, GenericByteArray, GenericByteViewArray, RecordBatch, downcast_primitive_array,
-};
-use arrow_buffer::{
-    ArrowNativeType, BooleanBufferBuilder, MutableBuffer, NullBufferBuilder, ToByteSlice,
-};
-use arrow_data::ByteView;
-use arrow_schema::{ArrowError, DataType};
+use arrow_array::RecordBatch;
+use arrow_schema::ArrowError;
 
-use super::column::{OpenColumn, var_bytes};
-use super::{CompactConfig, OpenBatch, hint};
+use super::batch::{CompactConfig, OpenBatch};
+use super::measure::var_bytes;
 
 /// Bytes of variable-length data one column of a batch copied row by row holds at most (less).
 pub(crate) const MAX_VAR_BYTES: usize = 2 << 30;
@@ -87,209 +81,8 @@ pub(crate) fn copy_rows(
     lens: &[usize],
     config: &CompactConfig,
 ) -> Result<(), ArrowError> {
-    for (c, array) in batch.columns().iter().enumerate() {
-        // Every target's column `c` was made from the same field: checking one is checking all.
-        if targets
-            .first()
-            .is_some_and(|t| !t.columns[c].takes(array.data_type()))
-        {
-            return Err(mismatch(array.as_ref()));
-        }
-    }
-    for (k, target) in targets.iter_mut().enumerate() {
-        for c in 0..target.columns.len() {
-            let h = hint(config, &target.start, c);
-            target.columns[c].reserve(lens[k], direct.var(c, k), h);
-        }
-    }
-    for (c, array) in batch.columns().iter().enumerate() {
-        let columns: Vec<&mut OpenColumn> = targets.iter_mut().map(|t| &mut t.columns[c]).collect();
-        copy_column(columns, array.as_ref(), &direct.range_of_row, lens)?;
-    }
-    for (k, target) in targets.iter_mut().enumerate() {
-        target.rows += lens[k];
-        target.recount();
-    }
-    Ok(())
-}
-
-fn mismatch(array: &dyn Array) -> ArrowError {
-    ArrowError::SchemaError(format!(
-        "a {} column does not match its open column",
-        array.data_type()
-    ))
-}
-
-/// Copies one column's rows into the matching column of each target.
-fn copy_column(
-    columns: Vec<&mut OpenColumn>,
-    array: &dyn Array,
-    rows: &[u32],
-    lens: &[usize],
-) -> Result<(), ArrowError> {
-    let mut nulls = Vec::with_capacity(columns.len());
-    match array.data_type() {
-        DataType::Boolean => {
-            let mut values = Vec::with_capacity(columns.len());
-            for column in columns {
-                let OpenColumn::Boolean {
-                    values: v,
-                    nulls: n,
-                } = column
-                else {
-                    return Err(mismatch(array));
-                };
-                values.push(v);
-                nulls.push(n);
-            }
-            copy_booleans(&mut values, array, rows);
-        }
-        DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
-            let mut buffers = Vec::with_capacity(columns.len());
-            for column in columns {
-                let OpenColumn::Bytes {
-                    offsets,
-                    values,
-                    nulls: n,
-                    ..
-                } = column
-                else {
-                    return Err(mismatch(array));
-                };
-                buffers.push((offsets, values));
-                nulls.push(n);
-            }
-            match array.data_type() {
-                DataType::Utf8 => copy_bytes(&mut buffers, array.as_string::<i32>(), rows),
-                DataType::Binary => copy_bytes(&mut buffers, array.as_binary::<i32>(), rows),
-                DataType::LargeUtf8 => copy_bytes(&mut buffers, array.as_string::<i64>(), rows),
-                _ => copy_bytes(&mut buffers, array.as_binary::<i64>(), rows),
-            }
-        }
-        DataType::Utf8View | DataType::BinaryView => {
-            let mut buffers = Vec::with_capacity(columns.len());
-            for column in columns {
-                let OpenColumn::Views {
-                    views,
-                    data,
-                    nulls: n,
-                } = column
-                else {
-                    return Err(mismatch(array));
-                };
-                buffers.push((views, data));
-                nulls.push(n);
-            }
-            if let DataType::Utf8View = array.data_type() {
-                copy_views(&mut buffers, array.as_string_view(), rows);
-            } else {
-                copy_views(&mut buffers, array.as_binary_view(), rows);
-            }
-        }
-        _ => {
-            let mut values = Vec::with_capacity(columns.len());
-            for column in columns {
-                let OpenColumn::Fixed {
-                    values: v,
-                    nulls: n,
-                    ..
-                } = column
-                else {
-                    return Err(mismatch(array));
-                };
-                values.push(v);
-                nulls.push(n);
-            }
-            downcast_primitive_array!(
-                array => copy_values(&mut values, array.values(), rows),
-                _ => return Err(mismatch(array))
-            );
-        }
-    }
-    copy_nulls(&mut nulls, array, rows, lens);
-    Ok(())
-}
-
-fn copy_values<T: ArrowNativeType + ToByteSlice>(
-    values: &mut [&mut MutableBuffer],
-    source: &[T],
-    rows: &[u32],
-) {
-    for (&value, &k) in source.iter().zip(rows) {
-        values[k as usize].push(value);
-    }
-}
-
-fn copy_booleans(values: &mut [&mut BooleanBufferBuilder], array: &dyn Array, rows: &[u32]) {
-    for (value, &k) in array.as_boolean().values().iter().zip(rows) {
-        values[k as usize].append(value);
-    }
-}
-
-fn copy_nulls(
-    nulls: &mut [&mut NullBufferBuilder],
-    array: &dyn Array,
-    rows: &[u32],
-    lens: &[usize],
-) {
-    match array.nulls() {
-        Some(source) if source.null_count() > 0 => {
-            for (valid, &k) in source.iter().zip(rows) {
-                nulls[k as usize].append(valid);
-            }
-        }
-        _ => {
-            for (n, &len) in nulls.iter_mut().zip(lens) {
-                n.append_n_non_nulls(len);
-            }
-        }
-    }
-}
-
-fn copy_bytes<T: ByteArrayType>(
-    buffers: &mut [(&mut MutableBuffer, &mut MutableBuffer)],
-    array: &GenericByteArray<T>,
-    rows: &[u32],
-) {
-    for (offsets, _) in buffers.iter_mut() {
-        if offsets.is_empty() {
-            offsets.push(T::Offset::usize_as(0));
-        }
-    }
-    let data = array.value_data();
-    for (w, &k) in array.value_offsets().windows(2).zip(rows) {
-        let (offsets, values) = &mut buffers[k as usize];
-        values.extend_from_slice(&data[w[0].as_usize()..w[1].as_usize()]);
-        offsets.push(T::Offset::usize_as(values.len()));
-    }
-}
-
-fn copy_views<T: ByteViewType + ?Sized>(
-    buffers: &mut [(&mut MutableBuffer, &mut MutableBuffer)],
-    array: &GenericByteViewArray<T>,
-    rows: &[u32],
-) {
-    let sources = array.data_buffers();
-    for (&view, &k) in array.views().iter().zip(rows) {
-        let (views, data) = &mut buffers[k as usize];
-        let length = view as u32;
-        if length <= 12 {
-            views.push(view);
-            continue;
-        }
-        let v = ByteView::from(view);
-        let from = v.offset as usize;
-        let offset = data.len() as u32;
-        data.extend_from_slice(&sources[v.buffer_index as usize][from..from + length as usize]);
-        views.push(
-            ByteView {
-                buffer_index: 0,
-                offset,
-                ..v
-            }
-            .as_u128(),
-        );
-    }
+    let var = |c: usize, k: usize| direct.var(c, k);
+    OpenBatch::append_tagged(targets, batch, &direct.range_of_row, lens, var, config)
 }
 
 #[cfg(test)]
@@ -307,6 +100,8 @@ mod tests {
 
     use super::*;
     use crate::compact::Start;
+    use arrow_array::Array;
+    use arrow_schema::DataType;
 
     /// Every flat type family, with nulls, long and short strings, widths 2 to 32.
     fn batch(rows: usize) -> RecordBatch {

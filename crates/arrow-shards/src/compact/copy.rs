@@ -1,0 +1,264 @@
+//! Copying rows into open columns: a range of a written array into one column
+//! ([`OpenColumn::append`]), or every row of a scattered batch's array into the column its tag
+//! names ([`OpenColumn::append_tagged`], the scatter write's copy in place, `direct.rs`).
+//!
+//! Both go through the same kernels, one per flat kind: the array is matched once, then each
+//! value is pushed into buffers grown beforehand ([`OpenColumn::reserve`], by what the charge
+//! predicted), so a push never reallocates. A tagged copy thus costs one type dispatch per
+//! column per batch, not per range and column (`docs/benchmarks.md`, session 11).
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{ByteArrayType, ByteViewType};
+use arrow_array::{Array, GenericByteArray, GenericByteViewArray, downcast_primitive_array};
+use arrow_array::{make_array, types::ArrowPrimitiveType};
+use arrow_buffer::{
+    ArrowNativeType, BooleanBuffer, BooleanBufferBuilder, MutableBuffer, NullBufferBuilder,
+};
+use arrow_data::ByteView;
+use arrow_data::transform::MutableArrayData;
+use arrow_schema::ArrowError;
+
+use arrow_shards_memory::sizing::array_allocations;
+
+use super::column::OpenColumn;
+use super::measure::var_range_bytes;
+use super::sizing::Hint;
+
+impl OpenColumn {
+    /// Copies `array[start..start + len]` in.
+    pub(crate) fn append(
+        &mut self,
+        array: &dyn Array,
+        start: usize,
+        len: usize,
+        hint: Hint,
+    ) -> Result<(), ArrowError> {
+        if let OpenColumn::Pieces { pieces, bytes } = self {
+            let source = array.to_data();
+            let mut copy = MutableArrayData::new(vec![&source], false, len);
+            copy.try_extend(0, start, start + len)?;
+            let piece = make_array(copy.freeze());
+            *bytes += array_allocations(piece.as_ref())
+                .iter()
+                .map(|a| a.capacity)
+                .sum::<usize>();
+            pieces.push(piece);
+            return Ok(());
+        }
+        let var = var_range_bytes(array, start, len);
+        if let OpenColumn::Views { data, .. } = self
+            && data.len() + var > u32::MAX as usize
+        {
+            return Err(ArrowError::ComputeError(
+                "an open view column would pass 4 GiB of data".into(),
+            ));
+        }
+        self.reserve(len, var, hint);
+        copy_into(&mut [self], array, Rows::Range { start, len })
+    }
+
+    /// Copies every row of `array` into `columns[range_of_row[row]]`; column `k` takes `lens[k]`
+    /// rows in all and was grown for them beforehand ([`reserve`](Self::reserve)). Refuses
+    /// before copying a row if a column cannot take `array` ([`takes`](Self::takes)).
+    pub(crate) fn append_tagged(
+        columns: &mut [&mut OpenColumn],
+        array: &dyn Array,
+        range_of_row: &[u32],
+        lens: &[usize],
+    ) -> Result<(), ArrowError> {
+        copy_into(columns, array, Rows::Tagged { range_of_row, lens })
+    }
+
+    // The kernels reach a column's buffers through these; `copy_into` checked its kind first.
+
+    fn values_mut(&mut self) -> &mut MutableBuffer {
+        match self {
+            OpenColumn::Fixed { values, .. } => values,
+            _ => unreachable!("checked by copy_into"),
+        }
+    }
+
+    fn bits_mut(&mut self) -> &mut BooleanBufferBuilder {
+        match self {
+            OpenColumn::Boolean { values, .. } => values,
+            _ => unreachable!("checked by copy_into"),
+        }
+    }
+
+    fn offsets_and_values_mut(&mut self) -> (&mut MutableBuffer, &mut MutableBuffer) {
+        match self {
+            OpenColumn::Bytes {
+                offsets, values, ..
+            } => (offsets, values),
+            _ => unreachable!("checked by copy_into"),
+        }
+    }
+
+    fn views_and_data_mut(&mut self) -> (&mut MutableBuffer, &mut MutableBuffer) {
+        match self {
+            OpenColumn::Views { views, data, .. } => (views, data),
+            _ => unreachable!("checked by copy_into"),
+        }
+    }
+
+    fn nulls_mut(&mut self) -> &mut NullBufferBuilder {
+        match self {
+            OpenColumn::Fixed { nulls, .. }
+            | OpenColumn::Boolean { nulls, .. }
+            | OpenColumn::Bytes { nulls, .. }
+            | OpenColumn::Views { nulls, .. } => nulls,
+            OpenColumn::Pieces { .. } => unreachable!("checked by copy_into"),
+        }
+    }
+}
+
+/// Which rows of a written array are copied, and into which of the target columns.
+#[derive(Debug, Clone, Copy)]
+enum Rows<'a> {
+    /// `start..start + len`, into the one target.
+    Range { start: usize, len: usize },
+    /// Every row, row `i` into target `range_of_row[i]`, which takes `lens[k]` rows in all.
+    Tagged {
+        range_of_row: &'a [u32],
+        lens: &'a [usize],
+    },
+}
+
+impl Rows<'_> {
+    /// Calls `push(row, target)` for every row copied, in row order.
+    fn each(self, mut push: impl FnMut(usize, usize)) {
+        match self {
+            Rows::Range { start, len } => (start..start + len).for_each(|i| push(i, 0)),
+            Rows::Tagged { range_of_row, .. } => {
+                for (i, &k) in range_of_row.iter().enumerate() {
+                    push(i, k as usize);
+                }
+            }
+        }
+    }
+}
+
+/// Copies `rows` of `array` into `columns` with the kernel for its type, once every column was
+/// checked to take it.
+fn copy_into(
+    columns: &mut [&mut OpenColumn],
+    array: &dyn Array,
+    rows: Rows<'_>,
+) -> Result<(), ArrowError> {
+    let kind = OpenColumn::new(array.data_type());
+    if !columns.iter().all(|c| c.is_like(&kind)) {
+        return Err(OpenColumn::mismatch(array));
+    }
+    match kind {
+        OpenColumn::Boolean { .. } => bits(columns, array.as_boolean().values(), rows),
+        OpenColumn::Bytes { large: false, .. } => match array.as_string_opt::<i32>() {
+            Some(strings) => bytes(columns, strings, rows),
+            None => bytes(columns, array.as_binary::<i32>(), rows),
+        },
+        OpenColumn::Bytes { large: true, .. } => match array.as_string_opt::<i64>() {
+            Some(strings) => bytes(columns, strings, rows),
+            None => bytes(columns, array.as_binary::<i64>(), rows),
+        },
+        OpenColumn::Views { .. } => match array.as_string_view_opt() {
+            Some(strings) => views(columns, strings, rows),
+            None => views(columns, array.as_binary_view(), rows),
+        },
+        _ => downcast_primitive_array!(
+            array => values(columns, array, rows),
+            _ => return Err(OpenColumn::mismatch(array))
+        ),
+    }
+    nulls(columns, array, rows);
+    Ok(())
+}
+
+/// Copies fixed-width values.
+fn values<T: ArrowPrimitiveType>(
+    columns: &mut [&mut OpenColumn],
+    array: &arrow_array::PrimitiveArray<T>,
+    rows: Rows<'_>,
+) {
+    let source = array.values();
+    rows.each(|i, k| columns[k].values_mut().push(source[i]));
+}
+
+/// Copies booleans (`source`: the array's values, with their offset).
+fn bits(columns: &mut [&mut OpenColumn], source: &BooleanBuffer, rows: Rows<'_>) {
+    rows.each(|i, k| columns[k].bits_mut().append(source.value(i)));
+}
+
+/// Copies the values of a byte array: value bytes appended, offsets rebased on the column's.
+fn bytes<T: ByteArrayType>(
+    columns: &mut [&mut OpenColumn],
+    array: &GenericByteArray<T>,
+    rows: Rows<'_>,
+) {
+    for column in columns.iter_mut() {
+        let (offsets, _) = column.offsets_and_values_mut();
+        if offsets.is_empty() {
+            offsets.push(T::Offset::usize_as(0));
+        }
+    }
+    let data = array.value_data();
+    let source = array.value_offsets();
+    rows.each(|i, k| {
+        let (offsets, values) = columns[k].offsets_and_values_mut();
+        values.extend_from_slice(&data[source[i].as_usize()..source[i + 1].as_usize()]);
+        offsets.push(T::Offset::usize_as(values.len()));
+    });
+}
+
+/// Copies the values of a view array: short views as they are, long values into the column's
+/// one data buffer, their views pointing there.
+fn views<T: ByteViewType + ?Sized>(
+    columns: &mut [&mut OpenColumn],
+    array: &GenericByteViewArray<T>,
+    rows: Rows<'_>,
+) {
+    let sources = array.data_buffers();
+    let source = array.views();
+    rows.each(|i, k| {
+        let (views, data) = columns[k].views_and_data_mut();
+        let view = source[i];
+        let length = view as u32;
+        if length <= 12 {
+            views.push(view);
+            return;
+        }
+        let v = ByteView::from(view);
+        let from = v.offset as usize;
+        let offset = data.len() as u32;
+        data.extend_from_slice(&sources[v.buffer_index as usize][from..from + length as usize]);
+        views.push(
+            ByteView {
+                buffer_index: 0,
+                offset,
+                ..v
+            }
+            .as_u128(),
+        );
+    });
+}
+
+/// Copies the validity of `array`'s rows (a range as one slice of bits).
+fn nulls(columns: &mut [&mut OpenColumn], array: &dyn Array, rows: Rows<'_>) {
+    let source = array.nulls().filter(|n| n.null_count() > 0);
+    match (source, rows) {
+        (Some(source), Rows::Range { start, len }) => {
+            columns[0]
+                .nulls_mut()
+                .append_buffer(&source.slice(start, len));
+        }
+        (Some(source), Rows::Tagged { range_of_row, .. }) => {
+            for (valid, &k) in source.iter().zip(range_of_row) {
+                columns[k as usize].nulls_mut().append(valid);
+            }
+        }
+        (None, Rows::Range { len, .. }) => columns[0].nulls_mut().append_n_non_nulls(len),
+        (None, Rows::Tagged { lens, .. }) => {
+            for (column, &len) in columns.iter_mut().zip(lens) {
+                column.nulls_mut().append_n_non_nulls(len);
+            }
+        }
+    }
+}
