@@ -20,11 +20,6 @@ pub const DEFAULT_SPILL_THRESHOLD: f64 = 0.8;
 pub const DEFAULT_SPILL_TARGET: f64 = 0.6;
 /// Default most in-memory bytes one spill round writes.
 pub const DEFAULT_MAX_SPILL_ROUND_BYTES: usize = 64 << 20;
-/// The least in-memory bytes a spill round takes (or everything spillable, if less), unless
-/// [`with_max_spill_round_bytes`](ShardBufferBuilder::with_max_spill_round_bytes) is smaller:
-/// under a small budget a round would otherwise free only what the writer that woke it needs,
-/// a few KiB, and make thousands of runs and files per MB written.
-pub const MIN_SPILL_ROUND_BYTES: usize = 64 << 10;
 /// Default most in-memory bytes in one spilled segment (a reader decodes one segment at a time).
 pub const DEFAULT_SPILL_SEGMENT_BYTES: usize = 4 << 20;
 /// Default rows per batch handed out by readers.
@@ -243,7 +238,7 @@ impl ShardBufferBuilder {
 
     /// The most in-memory bytes one spill round writes (one run file); more rounds follow while
     /// the pool is above the target. At least one partition is spilled per round, and at least
-    /// [`MIN_SPILL_ROUND_BYTES`] (64 KiB) or everything spillable when this limit allows it.
+    /// [`MIN_SPILL_ROUND_BYTES`](crate::MIN_SPILL_ROUND_BYTES) (64 KiB) or everything spillable when this limit allows it.
     ///
     /// Default: 64 MiB.
     pub fn with_max_spill_round_bytes(mut self, bytes: usize) -> Self {

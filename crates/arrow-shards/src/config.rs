@@ -19,6 +19,12 @@ pub(crate) struct Config {
     pub(crate) compact: Option<CompactConfig>,
 }
 
+/// The least in-memory bytes a spill round takes (or everything spillable, if less), unless
+/// [`with_max_spill_round_bytes`](crate::ShardBufferBuilder::with_max_spill_round_bytes) is smaller:
+/// under a small budget a round would otherwise free only what the writer that woke it needs,
+/// a few KiB, and make thousands of runs and files per MB written.
+pub const MIN_SPILL_ROUND_BYTES: usize = 64 << 10;
+
 /// The spill settings of a built buffer, in bytes.
 #[derive(Debug, Clone)]
 pub(crate) struct SpillConfig {

@@ -94,9 +94,10 @@ pub use buffer::ShardBuffer;
 pub use builder::{
     DEFAULT_COMPACT_TARGET_BYTES, DEFAULT_COMPACT_TARGET_ROWS, DEFAULT_MAX_SPILL_ROUND_BYTES,
     DEFAULT_READ_BATCH_ROWS, DEFAULT_SPILL_SEGMENT_BYTES, DEFAULT_SPILL_TARGET,
-    DEFAULT_SPILL_THRESHOLD, MAX_COMPACT_TARGET_BYTES, MIN_SPILL_ROUND_BYTES, ShardBufferBuilder,
+    DEFAULT_SPILL_THRESHOLD, MAX_COMPACT_TARGET_BYTES, ShardBufferBuilder,
     default_max_concurrent_reads,
 };
+pub use config::MIN_SPILL_ROUND_BYTES;
 pub use error::{ConfigError, Error, WriteError};
 pub use metrics::Metrics;
 pub use read::{PartitionReader, PartitionStream};

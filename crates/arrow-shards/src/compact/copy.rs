@@ -179,12 +179,28 @@ fn values<T: ArrowPrimitiveType>(
     rows: Rows<'_>,
 ) {
     let source = array.values();
-    rows.each(|i, k| columns[k].values_mut().push(source[i]));
+    match rows {
+        // a range is one copy of its bytes
+        Rows::Range { start, len } => {
+            columns[0]
+                .values_mut()
+                .extend_from_slice(&source[start..start + len]);
+        }
+        Rows::Tagged { .. } => rows.each(|i, k| columns[k].values_mut().push(source[i])),
+    }
 }
 
 /// Copies booleans (`source`: the array's values, with their offset).
 fn bits(columns: &mut [&mut OpenColumn], source: &BooleanBuffer, rows: Rows<'_>) {
-    rows.each(|i, k| columns[k].bits_mut().append(source.value(i)));
+    match rows {
+        Rows::Range { start, len } => {
+            let from = source.offset() + start;
+            columns[0]
+                .bits_mut()
+                .append_packed_range(from..from + len, source.inner().as_slice());
+        }
+        Rows::Tagged { .. } => rows.each(|i, k| columns[k].bits_mut().append(source.value(i))),
+    }
 }
 
 /// Copies the values of a byte array: value bytes appended, offsets rebased on the column's.
@@ -201,6 +217,19 @@ fn bytes<T: ByteArrayType>(
     }
     let data = array.value_data();
     let source = array.value_offsets();
+    if let Rows::Range { start, len } = rows {
+        // a range is one copy of its value bytes, its offsets rebased on the column's
+        let (offsets, values) = columns[0].offsets_and_values_mut();
+        let (first, last) = (source[start].as_usize(), source[start + len].as_usize());
+        let base = values.len();
+        values.extend_from_slice(&data[first..last]);
+        offsets.extend(
+            source[start + 1..=start + len]
+                .iter()
+                .map(|o| T::Offset::usize_as(base + o.as_usize() - first)),
+        );
+        return;
+    }
     rows.each(|i, k| {
         let (offsets, values) = columns[k].offsets_and_values_mut();
         values.extend_from_slice(&data[source[i].as_usize()..source[i + 1].as_usize()]);

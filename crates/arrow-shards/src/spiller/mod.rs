@@ -41,12 +41,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::error::Error;
 use crate::shard::Part;
 use crate::shared::Shared;
 use side::SpillSide;
 
 mod direct;
+mod job;
 mod peer;
 mod policy;
 mod round;
@@ -54,20 +54,9 @@ mod run;
 pub(crate) mod side;
 
 pub(crate) use direct::{DirectReply, Landed};
+use job::Job;
 use peer::Peer;
 use round::{Round, round};
-
-/// What the spiller is asked to do.
-pub(crate) enum Job {
-    Wake,
-    Direct {
-        parts: Vec<Part>,
-        reply: tokio::sync::oneshot::Sender<Result<Landed, (u32, Error)>>,
-    },
-    /// Answered once every job sent before it is done (`ShardBuffer::wait_for_spills`).
-    Barrier(tokio::sync::oneshot::Sender<()>),
-    Shutdown,
-}
 
 /// Owns the spiller thread; the last buffer handle's drop (or `close`) stops it.
 #[derive(Debug)]
@@ -76,17 +65,6 @@ pub(crate) struct Spiller {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// This buffer's membership of its pool's spill peers; it leaves when the spiller goes.
     _peer: Arc<Peer>,
-}
-
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Job::Wake => f.write_str("Wake"),
-            Job::Direct { parts, .. } => write!(f, "Direct({} parts)", parts.len()),
-            Job::Barrier(_) => f.write_str("Barrier"),
-            Job::Shutdown => f.write_str("Shutdown"),
-        }
-    }
 }
 
 impl Spiller {

@@ -15,7 +15,7 @@ use crossbeam_channel::Sender;
 use super::side::SpillSide;
 use crate::shared::Shared;
 
-use super::Job;
+use super::job::Job;
 
 /// What other buffers on the pool hold of this buffer: its shared part (weakly: a member never
 /// keeps a buffer alive) and its spiller's job queue.

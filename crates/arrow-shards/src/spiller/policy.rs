@@ -2,8 +2,7 @@
 //! settings, so that the rules (threshold, goal, writers' need, floor, cap) are in one place
 //! and tested on their own.
 
-use crate::builder::MIN_SPILL_ROUND_BYTES;
-use crate::config::SpillConfig;
+use crate::config::{MIN_SPILL_ROUND_BYTES, SpillConfig};
 
 /// What a round knows when it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 
 use super::State;
-use crate::compact::{self, CompactConfig, Direct, OpenBatch};
+use crate::compact::{self, CompactConfig, Direct, OpenBatch, Start};
 use crate::error::Error;
 use crate::shard::{Grouped, Scattered, Shard, Stored};
 
@@ -15,11 +15,45 @@ impl State {
     /// Charges and stores `shard`, or refuses it (handing it back) if the pool has no room or
     /// the partition may not be written. `partition` is the target of a `Whole` or `Small`
     /// shard; a scattered one names its own.
+    ///
+    /// A refusal for more than the whole limit is first retried with the shard's partitions'
+    /// next open batches sized from nothing: their start sizes (a quarter of the last cut
+    /// batch, see [`crate::compact`]) are a speed hint, and under a small budget the starts of
+    /// many partitions at once (after a spill round cut them all) can add up past the limit
+    /// although the rows themselves fit: such a write must wait for room, not go to disk.
     pub(crate) fn try_insert(
         &mut self,
         partition: u32,
         shard: Shard,
     ) -> Result<(), (Error, Shard)> {
+        match self.try_insert_once(partition, shard) {
+            Err((Error::MemoryExhausted { needed, limit, .. }, shard))
+                if needed > limit && self.forget_starts(partition, &shard) =>
+            {
+                self.try_insert_once(partition, shard)
+            }
+            other => other,
+        }
+    }
+
+    /// Resets the start size of the partitions `shard` writes to; `true` if any had one.
+    fn forget_starts(&mut self, partition: u32, shard: &Shard) -> bool {
+        let mut forget = |p: u32| {
+            let start = &mut self.partitions[p as usize].start;
+            let had = *start != Start::default();
+            *start = Start::default();
+            had
+        };
+        match shard {
+            Shard::Scattered(scattered) => scattered
+                .ranges
+                .iter()
+                .fold(false, |any, &(p, _, _)| forget(p) | any),
+            _ => forget(partition),
+        }
+    }
+
+    fn try_insert_once(&mut self, partition: u32, shard: Shard) -> Result<(), (Error, Shard)> {
         match shard {
             Shard::Whole(stored) => self
                 .try_insert_whole(partition, stored)
