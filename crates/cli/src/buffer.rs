@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use arrow_shards::{Compression, Error, Metrics, PartitionReader, ShardBuffer};
+use arrow_shards_memory::sizing::batch_data_bytes;
 
 use crate::args::CompressionArg;
 use crate::error::CliError;
@@ -121,7 +122,8 @@ impl Buffer {
         let rows = batch.num_rows();
         let step = match self.settings.memory_limit {
             Some(limit) if rows > 0 => {
-                let per_row = batch.get_array_memory_size().div_ceil(rows).max(1);
+                // the rows' own data: a slice of a decoded batch would count its parent
+                let per_row = batch_data_bytes(&batch).div_ceil(rows).max(1);
                 let (_, slice) = split_limit(limit, self.settings.threads);
                 let most = usize::try_from(slice).unwrap_or(usize::MAX) / per_row;
                 most.clamp(1, rows)

@@ -213,6 +213,7 @@ impl Job {
             bytes_on_disk: metrics.bytes_on_disk.max(shuffled.on_disk_at_finish),
             bytes_written_to_disk: metrics.bytes_written_to_disk,
             spill_runs: metrics.spill_runs,
+            direct_writes: metrics.direct_writes,
             spill_files: metrics.spill_files,
             peak_rss: peak_rss(),
             threads: self.threads,

@@ -43,8 +43,10 @@ pub(crate) struct Report {
     pub(crate) bytes_on_disk: u64,
     /// Bytes written to spill files in all (compressed, framed).
     pub(crate) bytes_written_to_disk: u64,
-    /// Spill rounds.
+    /// Spill runs (rounds and direct writes).
     pub(crate) spill_runs: u64,
+    /// Writes that needed more than the buffer's whole limit and went to disk directly.
+    pub(crate) direct_writes: u64,
     /// Spill files created.
     pub(crate) spill_files: u64,
     /// Peak resident set size of the process (VmHWM), or null where unknown.
@@ -214,6 +216,7 @@ mod tests {
             "bytes_spilled",
             "bytes_on_disk",
             "spill_runs",
+            "direct_writes",
             "spill_files",
             "peak_rss",
             "read_input_s",

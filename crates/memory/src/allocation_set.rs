@@ -90,9 +90,64 @@ impl AllocationSet {
     }
 }
 
+/// What removing some batches' allocations from an [`AllocationSet`] would free, tallied as
+/// batches are added: the allocations that only those batches hold (a parent shared with
+/// batches outside them stays). What spilling a group of partitions really releases.
+#[derive(Debug, Default)]
+pub struct Exclusive {
+    held: FxHashMap<usize, usize>,
+    bytes: usize,
+}
+
+impl Exclusive {
+    /// Nothing tallied yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one batch's `allocations` (as inserted into `set`) to the tally.
+    pub fn add(&mut self, set: &AllocationSet, allocations: &[Allocation]) {
+        for a in allocations {
+            let count = self.held.entry(a.ptr).or_default();
+            *count += 1;
+            if let Some(&(capacity, refs)) = set.refs.get(&a.ptr)
+                && refs == *count
+            {
+                self.bytes += capacity;
+            }
+        }
+    }
+
+    /// Bytes held by the tallied batches alone.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exclusive_bytes_leave_out_what_others_share() {
+        let a = |ptr, capacity| Allocation { ptr, capacity };
+        let (one, two) = ([a(0x10, 1000), a(0x20, 10)], [a(0x10, 1000), a(0x30, 20)]);
+        let mut set = AllocationSet::new();
+        // batches one and two share the parent at 0x10
+        set.insert(&one);
+        set.insert(&two);
+        let mut tally = Exclusive::new();
+        tally.add(&set, &one);
+        assert_eq!(tally.bytes(), 10, "the parent is still held by two");
+        tally.add(&set, &two);
+        assert_eq!(tally.bytes(), 1030, "both: the parent goes too");
+        // a third batch elsewhere holds the parent: only the two children go
+        set.insert(&[a(0x10, 1000)]);
+        let mut tally = Exclusive::new();
+        tally.add(&set, &one);
+        tally.add(&set, &two);
+        assert_eq!(tally.bytes(), 30);
+    }
     use crate::sizing::{batch_allocations, batch_memory_size};
     use arrow_array::{Int64Array, RecordBatch};
     use std::sync::Arc;

@@ -65,7 +65,7 @@ mod reservation;
 pub mod sizing;
 mod spill_peers;
 
-pub use allocation_set::AllocationSet;
+pub use allocation_set::{AllocationSet, Exclusive};
 pub use error::MemoryExhausted;
 pub use pool::{BoundedPool, MemoryPool, UnboundedPool};
 pub use release_signal::ReleaseSignal;

@@ -20,6 +20,7 @@ pub(crate) fn metrics_dict<'py>(py: Python<'py>, m: &Metrics) -> PyResult<Bound<
     d.set_item("partitions_read", m.partitions_read)?;
     d.set_item("write_wait", m.write_wait.as_secs_f64())?;
     d.set_item("bytes_spilled", m.bytes_spilled)?;
+    d.set_item("direct_writes", m.direct_writes)?;
     d.set_item("bytes_needed_to_target", m.bytes_needed_to_target)?;
     d.set_item("bytes_on_disk", m.bytes_on_disk)?;
     d.set_item("bytes_written_to_disk", m.bytes_written_to_disk)?;
