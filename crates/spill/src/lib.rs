@@ -93,6 +93,7 @@ extern crate arrow_schema_59 as arrow_schema;
 #[cfg(feature = "arrow_59")]
 extern crate arrow_select_59 as arrow_select;
 
+mod concat;
 mod decode;
 mod dir;
 mod error;
@@ -111,6 +112,7 @@ mod sweep;
 mod views;
 mod writer;
 
+pub use concat::{concat, concat_batches, has_dictionary};
 pub use dir::SpillDir;
 pub use error::{SpillError, is_disk_full};
 #[cfg(any(test, feature = "test-utils"))]
