@@ -21,7 +21,6 @@ use arrow_buffer::{ArrowNativeType, BooleanBufferBuilder, MutableBuffer, NullBuf
 use arrow_data::transform::MutableArrayData;
 use arrow_data::{ArrayData, ByteView};
 use arrow_schema::{ArrowError, DataType};
-use arrow_select::concat::concat;
 
 use arrow_shards_memory::sizing::array_allocations;
 
@@ -490,7 +489,7 @@ impl OpenColumn {
                 return match refs.len() {
                     0 => Ok(arrow_array::new_empty_array(data_type)),
                     1 => Ok(Arc::clone(&pieces[0])),
-                    _ => concat(&refs),
+                    _ => arrow_shards_spill::concat(&refs), // dictionaries kept as written
                 };
             }
         };
