@@ -141,7 +141,7 @@ mod tests {
 
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int32Type;
-    use arrow_array::{Array, ArrayRef, DictionaryArray, Int32Array, StringArray};
+    use arrow_array::{ArrayRef, DictionaryArray, Int32Array, StringArray};
 
     use super::*;
 

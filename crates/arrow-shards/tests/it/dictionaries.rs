@@ -140,6 +140,9 @@ impl Partition {
     }
 }
 
+/// The dictionary of write `i`: its categories, and how many of the first ones rows use.
+type Dictionaries = fn(usize) -> (Vec<String>, usize);
+
 /// How a test's buffer is built and written.
 struct Run {
     compact_rows: usize,
@@ -147,11 +150,22 @@ struct Run {
     memory_limit: Option<usize>,
     writes: usize,
     max_rows: usize,
-    /// The dictionary of write `i`: its categories, and how many of the first ones rows use.
-    dictionary: fn(usize) -> (Vec<String>, usize),
+    dictionary: Dictionaries,
 }
 
 impl Run {
+    /// 200 writes of 1-20 rows, no memory limit.
+    fn in_memory(compact_rows: usize, read_rows: usize, dictionary: Dictionaries) -> Self {
+        Self {
+            compact_rows,
+            read_rows,
+            memory_limit: None,
+            writes: 200,
+            max_rows: 20,
+            dictionary,
+        }
+    }
+
     /// Writes, reads every partition back, checks each; returns the partitions and whether
     /// anything was spilled.
     fn go(&self, seed: u64) -> (Vec<Partition>, bool) {
@@ -201,23 +215,20 @@ fn different_dictionaries(i: usize) -> (Vec<String>, usize) {
     (values, used)
 }
 
+/// Every read dictionary is exactly [`same_categories`]' fifty, in order.
+fn assert_all_fifty_categories(partitions: &[Partition]) {
+    for b in partitions.iter().flat_map(|p| &p.read) {
+        for d in dictionaries(b) {
+            assert_eq!(values(d), categories("c", 50));
+        }
+    }
+}
+
 #[test]
 fn same_categories_come_back_exactly_through_compaction() {
-    let run = Run {
-        compact_rows: 8192,
-        read_rows: 8192,
-        memory_limit: None,
-        writes: 200,
-        max_rows: 20,
-        dictionary: same_categories,
-    };
-    let (partitions, _) = run.go(1);
+    let (partitions, _) = Run::in_memory(8192, 8192, same_categories).go(1);
+    assert_all_fifty_categories(&partitions);
     for p in &partitions {
-        for b in &p.read {
-            for d in dictionaries(b) {
-                assert_eq!(values(d), categories("c", 50));
-            }
-        }
         // compaction joined the small writes into one batch per partition
         assert!(
             p.written.len() > 1 && p.read.len() == 1,
@@ -229,36 +240,17 @@ fn same_categories_come_back_exactly_through_compaction() {
 
 #[test]
 fn same_categories_come_back_exactly_through_the_merge_coalescing() {
-    let run = Run {
-        compact_rows: 0,
-        read_rows: 100,
-        memory_limit: None,
-        writes: 200,
-        max_rows: 20,
-        dictionary: same_categories,
-    };
-    let (partitions, _) = run.go(2);
+    let (partitions, _) = Run::in_memory(0, 100, same_categories).go(2);
+    assert_all_fifty_categories(&partitions);
     for p in &partitions {
         assert!(p.read.len() < p.written.len(), "nothing coalesced");
-        for b in &p.read {
-            for d in dictionaries(b) {
-                assert_eq!(values(d), categories("c", 50));
-            }
-        }
     }
 }
 
 #[test]
 fn different_dictionaries_are_united_through_compaction_and_coalescing() {
     for (compact_rows, read_rows) in [(8192, 8192), (64, 1000), (0, 100)] {
-        let run = Run {
-            compact_rows,
-            read_rows,
-            memory_limit: None,
-            writes: 200,
-            max_rows: 20,
-            dictionary: different_dictionaries,
-        };
+        let run = Run::in_memory(compact_rows, read_rows, different_dictionaries);
         let (partitions, _) = run.go(3);
         assert!(partitions.iter().all(|p| p.read.len() < p.written.len()));
     }
@@ -268,7 +260,7 @@ fn different_dictionaries_are_united_through_compaction_and_coalescing() {
 fn spilled_partitions_keep_their_dictionaries() {
     // (seed, compaction target, read batch rows, dictionaries, the same categories everywhere?);
     // read batches as they are (0) show the spill writer's coalescing alone
-    let cases: [(u64, usize, usize, fn(usize) -> (Vec<String>, usize), bool); 4] = [
+    let cases: [(u64, usize, usize, Dictionaries, bool); 4] = [
         (4, 0, 0, same_categories, true),
         (5, 0, 0, different_dictionaries, false),
         (6, 256, 8192, same_categories, true),
@@ -285,10 +277,8 @@ fn spilled_partitions_keep_their_dictionaries() {
         };
         let (partitions, spilled) = run.go(seed);
         assert!(spilled, "nothing was spilled (seed {seed})");
-        for b in partitions.iter().flat_map(|p| &p.read).filter(|_| same) {
-            for d in dictionaries(b) {
-                assert_eq!(values(d), categories("c", 50));
-            }
+        if same {
+            assert_all_fifty_categories(&partitions);
         }
     }
 }
