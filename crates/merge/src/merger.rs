@@ -106,7 +106,7 @@ impl Merger {
     }
 
     /// Everything left, concatenated into one batch (zero rows if there is nothing; dictionary
-    /// columns on the union of their dictionaries, as [`arrow_shards_spill::concat`]). Skips
+    /// columns on the union of their dictionaries, as [`arrow_shards_spill::concat()`]). Skips
     /// coalescing when no rows are buffered, so rows are copied once. The result is not charged
     /// to any pool: it is the caller's.
     pub fn concat(mut self) -> Result<RecordBatch, ArrowError> {

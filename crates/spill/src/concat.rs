@@ -78,7 +78,7 @@ pub fn concat(arrays: &[&dyn Array]) -> Result<ArrayRef, ArrowError> {
     }
 }
 
-/// [`concat`] for each column of `batches`, into one batch of `schema`; zero batches give an
+/// [`concat()`] for each column of `batches`, into one batch of `schema`; zero batches give an
 /// empty batch. A schema without dictionaries goes to arrow-select's `concat_batches` as is.
 pub fn concat_batches<'a>(
     schema: &SchemaRef,
@@ -254,7 +254,7 @@ fn concat_nulls(arrays: &[&dyn Array]) -> Option<NullBuffer> {
     Some(NullBuffer::new(nulls.finish()))
 }
 
-/// A struct whose fields hold a dictionary: each field concatenated with [`concat`].
+/// A struct whose fields hold a dictionary: each field concatenated with [`concat()`].
 fn concat_structs(arrays: &[&dyn Array]) -> Result<ArrayRef, ArrowError> {
     let structs: Vec<&StructArray> = arrays.iter().map(|a| a.as_struct()).collect();
     let DataType::Struct(fields) = arrays[0].data_type() else {

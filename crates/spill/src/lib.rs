@@ -25,7 +25,7 @@
 //! Beside them, what the layers above share so that it exists once: the schema rule
 //! ([`check_schema`], [`conform_batch`], [`SchemaMismatch`]) that the writer, the reader, the
 //! merge and the buffer all apply; the concatenation that keeps dictionaries as written
-//! ([`concat`], [`concat_batches`]) that compaction, the writer's coalescing and the merge
+//! ([`concat()`], [`concat_batches`]) that compaction, the writer's coalescing and the merge
 //! use; the full-disk test [`is_disk_full`]; [`panic_message`].
 //! With feature `test-utils`, `FaultPlan` injects filesystem faults and the `fuzz` module holds
 //! the logic of the decode fuzz targets.

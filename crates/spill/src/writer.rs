@@ -353,7 +353,7 @@ impl<'a> SegmentWrite<'a> {
     /// Empty batches are left out. A batch of at least half the target is written as it is;
     /// consecutive smaller ones are gathered greedily into groups of at most the target and
     /// each group of two or more is concatenated (exact-size buffers; a dictionary column on
-    /// the union of the group's dictionaries, see [`crate::concat`]). A lone small batch is
+    /// the union of the group's dictionaries, see [`crate::concat()`]). A lone small batch is
     /// written as it is: no copy.
     /// (arrow-select's `BatchCoalescer` allocated its full target per column for each
     /// segment and copied even a lone batch; with thousands of partitions a segment is
