@@ -29,7 +29,9 @@
 //!
 //! # Output batches and copies
 //! With a target of `n` rows, small batches are copied into batches of exactly `n` rows by
-//! arrow-select's `BatchCoalescer`. A batch that already has `n` rows or more is handed over
+//! arrow-select's `BatchCoalescer`, or, if the schema holds a dictionary, by concatenating them
+//! with [`arrow_shards_spill::concat_batches`], which keeps each dictionary column's values as
+//! written (the union of the inputs' dictionaries, each value once, unused ones kept). A batch that already has `n` rows or more is handed over
 //! whole, without a copy (the coalescer alone would copy it into `n`-row pieces); rows buffered
 //! before it come out first as one shorter batch. The last batch may be shorter, and so may a
 //! batch cut short for memory: before reading a segment that would take a bounded pool past its
@@ -100,6 +102,7 @@ extern crate arrow_schema_59 as arrow_schema;
 extern crate arrow_select_59 as arrow_select;
 
 mod budget;
+mod coalescer;
 mod error;
 mod input;
 mod merger;

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
-use arrow_select::concat::concat_batches;
 use arrow_shards_memory::MemoryPool;
+use arrow_shards_spill::concat_batches;
 
 use crate::budget::reserve_segment;
 use crate::input::ChargedBatches;
@@ -105,7 +105,8 @@ impl Merger {
         MergeStream::new(self.state, self.pool, self.options)
     }
 
-    /// Everything left, concatenated into one batch (zero rows if there is nothing). Skips
+    /// Everything left, concatenated into one batch (zero rows if there is nothing; dictionary
+    /// columns on the union of their dictionaries, as [`arrow_shards_spill::concat()`]). Skips
     /// coalescing when no rows are buffered, so rows are copied once. The result is not charged
     /// to any pool: it is the caller's.
     pub fn concat(mut self) -> Result<RecordBatch, ArrowError> {

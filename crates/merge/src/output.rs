@@ -5,9 +5,9 @@ use std::collections::VecDeque;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
-use arrow_select::coalesce::BatchCoalescer;
 use arrow_shards_memory::MemoryReservation;
 
+use crate::coalescer::Coalescer;
 use crate::input::Charged;
 
 /// Batches on their way out, in order.
@@ -20,7 +20,7 @@ pub(crate) struct Output {
 
 #[derive(Debug)]
 struct Coalescing {
-    coalescer: BatchCoalescer,
+    coalescer: Coalescer,
     target: usize,
     /// Charges of batches pushed into the coalescer, with the running row count at their last
     /// row: a charge is released once that many coalesced rows have been handed over.
@@ -41,7 +41,7 @@ impl Output {
     /// Coalesces to `target_rows` rows, or passes everything through when `None`.
     pub(crate) fn new(schema: &SchemaRef, target_rows: Option<usize>) -> Self {
         let coalescer = target_rows.filter(|t| *t > 0).map(|target| Coalescing {
-            coalescer: BatchCoalescer::new(SchemaRef::clone(schema), target),
+            coalescer: Coalescer::new(SchemaRef::clone(schema), target),
             target,
             staged: VecDeque::new(),
             pushed_rows: 0,
@@ -108,7 +108,7 @@ impl Output {
         if let Some(c) = &mut self.coalescer {
             c.staged.clear();
             (c.pushed_rows, c.emitted_rows) = (0, 0);
-            c.coalescer = BatchCoalescer::new(c.coalescer.schema(), c.target);
+            c.coalescer = Coalescer::new(c.coalescer.schema(), c.target);
         }
     }
 

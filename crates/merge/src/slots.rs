@@ -98,7 +98,7 @@ mod tests {
         let ids = Int64Array::from_iter_values(0..1000);
         let batch = RecordBatch::try_from_iter([("id", Arc::new(ids) as _)]).unwrap();
         let mut run = dir.run_writer(batch.schema(), SpillOptions::default());
-        run.append(1, &[batch.clone()]).unwrap();
+        run.append(1, std::slice::from_ref(&batch)).unwrap();
         let sources = PartitionSources::new(batch.schema()).with_segments(run.finish().unwrap());
         let options = MergeOptions::new()
             .with_read_ahead(0)

@@ -231,8 +231,8 @@ def _part_with_unused_categories(i: int) -> pd.DataFrame:
 
 
 def test_categoricals_keep_their_unused_categories(client, plugin):
-    # the buffer's concatenation (compaction) merges dictionaries and drops unused values;
-    # Dask's own P2P keeps every category, so must we
+    # the buffer concatenates small batches (compaction, spill, merge); arrow's concat of
+    # dictionaries would drop unused values. Dask's own P2P keeps every category, so must we
     ddf = dd.from_map(_part_with_unused_categories, range(20))
     expected = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=6).compute()
     plugin(memory_limit="64MiB")

@@ -24,7 +24,9 @@
 //!
 //! Beside them, what the layers above share so that it exists once: the schema rule
 //! ([`check_schema`], [`conform_batch`], [`SchemaMismatch`]) that the writer, the reader, the
-//! merge and the buffer all apply; the full-disk test [`is_disk_full`]; [`panic_message`].
+//! merge and the buffer all apply; the concatenation that keeps dictionaries as written
+//! ([`concat()`], [`concat_batches`]) that compaction, the writer's coalescing and the merge
+//! use; the full-disk test [`is_disk_full`]; [`panic_message`].
 //! With feature `test-utils`, `FaultPlan` injects filesystem faults and the `fuzz` module holds
 //! the logic of the decode fuzz targets.
 //!
@@ -93,6 +95,7 @@ extern crate arrow_schema_59 as arrow_schema;
 #[cfg(feature = "arrow_59")]
 extern crate arrow_select_59 as arrow_select;
 
+mod concat;
 mod decode;
 mod dir;
 mod error;
@@ -111,6 +114,7 @@ mod sweep;
 mod views;
 mod writer;
 
+pub use concat::{concat, concat_batches, has_dictionary};
 pub use dir::SpillDir;
 pub use error::{SpillError, is_disk_full};
 #[cfg(any(test, feature = "test-utils"))]

@@ -352,7 +352,8 @@ impl<'a> SegmentWrite<'a> {
     ///
     /// Empty batches are left out. A batch of at least half the target is written as it is;
     /// consecutive smaller ones are gathered greedily into groups of at most the target and
-    /// each group of two or more is concatenated (exact-size buffers). A lone small batch is
+    /// each group of two or more is concatenated (exact-size buffers; a dictionary column on
+    /// the union of the group's dictionaries, see [`crate::concat()`]). A lone small batch is
     /// written as it is: no copy.
     /// (arrow-select's `BatchCoalescer` allocated its full target per column for each
     /// segment and copied even a lone batch; with thousands of partitions a segment is
@@ -394,7 +395,8 @@ impl<'a> SegmentWrite<'a> {
             [] => Ok(()),
             [batch] => self.emit(batch),
             _ => {
-                let batch = arrow_select::concat::concat_batches(schema, group.iter().copied())
+                // dictionaries kept as written: `concat` has the why
+                let batch = crate::concat_batches(schema, group.iter().copied())
                     .map_err(|e| arrow_error(self.open, e))?;
                 self.emit(&batch)
             }

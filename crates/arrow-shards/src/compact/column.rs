@@ -21,7 +21,6 @@ use arrow_array::{Array, ArrayRef, make_array};
 use arrow_buffer::{BooleanBufferBuilder, MutableBuffer, NullBufferBuilder};
 use arrow_data::ArrayData;
 use arrow_schema::{ArrowError, DataType};
-use arrow_select::concat::concat;
 
 use super::measure::{share_bytes, var_range_bytes};
 use super::sizing::{Hint, bits_growth, ensure, growth_of, nulls_growth, offsets_needed};
@@ -305,7 +304,7 @@ impl OpenColumn {
                 return match refs.len() {
                     0 => Ok(arrow_array::new_empty_array(data_type)),
                     1 => Ok(Arc::clone(&pieces[0])),
-                    _ => concat(&refs),
+                    _ => arrow_shards_spill::concat(&refs), // dictionaries kept as written
                 };
             }
         };

@@ -18,6 +18,7 @@ mod common;
 mod concurrency;
 mod corruption;
 mod crash;
+mod dictionaries;
 mod embedding;
 mod errors;
 mod exactly_once;

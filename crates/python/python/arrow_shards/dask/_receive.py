@@ -6,15 +6,12 @@ the GIL released, and never re-serialised. Shards whose schemas differ (pandas `
 columns infer their Arrow type per input partition; an all-null column is ``null``) go to one
 buffer per distinct schema; a read takes the partition from every buffer, and Dask's own
 ``convert_shards`` concatenates them with permissive type promotion, as it does its disk
-shards. Dictionary columns (pandas categoricals) get their categories back on read: the buffer
-concatenates small batches (compaction, spilled segments), and arrow-rs's concatenation of
-dictionary arrays either keeps every input's values, duplicates included (which pandas refuses
-as categories), or merges them and drops the values no row uses (so a categorical would lose
-its unused categories, which Dask's own P2P keeps). So the run keeps, per dictionary column,
-every value the received shards' dictionaries held (``_Dictionaries``: usually one small set,
-the categories, sent with every shard), and a read maps each chunk onto that one dictionary.
+shards. Dictionary columns (pandas categoricals) need nothing here: the buffer keeps each
+dictionary as written wherever it concatenates small batches (compaction, spilled segments,
+coalescing on read), each value once and unused values kept, so a categorical keeps all its
+categories, as Dask's own P2P does.
 
-Locking: ``ReceiveBuffer._lock`` guards the ``_buffers`` dict and the ``_Dictionaries``; it is not held across a
+Locking: ``ReceiveBuffer._lock`` guards the ``_buffers`` dict; it is not held across a
 buffer's build (which makes a directory), write, read or close. It is held across
 ``ShardBuffer.metrics()`` (a short Rust call, no I/O) and while a closed buffer's final metrics
 go into the worker's totals and the buffer leaves ``_buffers``, so that a buffer is counted
@@ -27,7 +24,6 @@ import threading
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .. import ShardBuffer
 from ._totals import Totals
@@ -50,7 +46,6 @@ class ReceiveBuffer:
         self._lock = threading.Lock()
         self._buffers: dict[pa.Schema, ShardBuffer] = {}
         self._closed = False
-        self._dictionaries = _Dictionaries()
         self.bytes_received = 0
         self.bytes_read = 0
 
@@ -82,9 +77,6 @@ class ReceiveBuffer:
         """Writes every row of ``table`` to the partition its id names (waits for memory)."""
         if table.num_rows == 0:
             return
-        if any(pa.types.is_dictionary(f.type) for f in table.schema):
-            with self._lock:
-                self._dictionaries.add(table)
         self._buffer_for(table.schema).write_partitioned(table, partition_ids)
         self.bytes_received += table.nbytes
 
@@ -96,9 +88,7 @@ class ReceiveBuffer:
     def read(self, partition: int) -> list[pa.Table]:
         """The partition's non-empty tables, one per schema; each partition exactly once."""
         tables = [buffer.read(partition) for buffer in self._snapshot()]
-        with self._lock:
-            dictionaries = self._dictionaries.copy()
-        tables = [dictionaries.applied(t) for t in tables if t.num_rows]
+        tables = [t for t in tables if t.num_rows]
         self.bytes_read += sum(t.nbytes for t in tables)
         return tables
 
@@ -151,69 +141,3 @@ class ReceiveBuffer:
         with self._lock:
             return list(self._buffers.values())
 
-
-class _Dictionaries:
-    """Per dictionary column (by name), the distinct values of every dictionary written, in
-    order of first appearance."""
-
-    def __init__(self, values: dict[str, pa.Array] | None = None) -> None:
-        self._values: dict[str, pa.Array] = dict(values or {})
-
-    def copy(self) -> _Dictionaries:
-        return _Dictionaries(self._values)
-
-    def add(self, table: pa.Table) -> None:
-        for i, field in enumerate(table.schema):
-            if not pa.types.is_dictionary(field.type):
-                continue
-            for chunk in table.column(i).chunks:
-                known = self._values.get(field.name)
-                new = chunk.dictionary
-                if known is not None:
-                    if known.type != new.type:
-                        continue  # another schema's column: not unified (read falls back)
-                    if new is known or pc.all(pc.is_in(new, value_set=known)).as_py() is not False:
-                        continue
-                    new = pa.concat_arrays([known, new])
-                self._values[field.name] = pc.unique(new)
-
-    def applied(self, table: pa.Table) -> pa.Table:
-        """``table`` with each dictionary column on the one dictionary of its values."""
-        for i, field in enumerate(table.schema):
-            if pa.types.is_dictionary(field.type):
-                column = table.column(i)
-                values = self._values.get(field.name)
-                chunks = None
-                if values is not None and values.type == field.type.value_type:
-                    chunks = _onto(column.chunks, values, field.type)
-                if chunks is None:  # not seen, or too many values for the index type
-                    chunks = [_distinct_dictionary(c) for c in column.chunks]
-                table = table.set_column(i, field, pa.chunked_array(chunks, type=field.type))
-        return table.unify_dictionaries() if table.num_columns else table
-
-
-def _onto(
-    chunks: list[pa.DictionaryArray], values: pa.Array, type: pa.DictionaryType
-) -> list[pa.DictionaryArray] | None:
-    """``chunks`` re-encoded with ``values`` (which hold every value they use) as dictionary;
-    ``None`` if ``values`` has more entries than the index type can number."""
-    if len(values) > 2 ** (type.index_type.bit_width - 1):
-        return None
-    out = []
-    for chunk in chunks:
-        positions = pc.index_in(chunk.dictionary, value_set=values)
-        indices = pc.take(positions, chunk.indices).cast(type.index_type)
-        out.append(pa.DictionaryArray.from_arrays(indices, values, ordered=type.ordered))
-    return out
-
-
-def _distinct_dictionary(chunk: pa.DictionaryArray) -> pa.DictionaryArray:
-    """``chunk`` with a dictionary of distinct values (the first of each kept)."""
-    dictionary = chunk.dictionary
-    if len(pc.unique(dictionary)) == len(dictionary):
-        return chunk
-    encoded = pc.dictionary_encode(dictionary)
-    indices = pc.take(encoded.indices, chunk.indices).cast(chunk.type.index_type)
-    return pa.DictionaryArray.from_arrays(
-        indices, encoded.dictionary, ordered=chunk.type.ordered
-    )
