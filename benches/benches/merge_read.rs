@@ -152,7 +152,12 @@ fn bench(c: &mut Criterion) {
         group.bench_function(id, |b| {
             b.iter_batched(
                 || sources(&schema, &pool, segments, memory),
-                |s| assert_eq!(drain(Merger::new(s, options, pool.clone())), total_rows),
+                |s| {
+                    assert_eq!(
+                        drain(Merger::new(s, options.clone(), pool.clone())),
+                        total_rows
+                    )
+                },
                 BatchSize::SmallInput,
             )
         });

@@ -165,8 +165,11 @@ impl ShardBufferBuilder {
     }
 
     /// Rows per batch handed out by readers: small batches are coalesced up to this many rows,
-    /// batches at or above it pass through uncopied. `0` hands batches over exactly as written
-    /// (memory batches without any copy).
+    /// batches at or above it pass through uncopied. `0` hands batches over as the buffer holds
+    /// them, without coalescing on read: with compaction on (the default) small writes were
+    /// already copied into batches of up to the compaction target on write, so 58 writes of a
+    /// few rows come back as one batch; to get every write back as written, turn compaction off
+    /// too ([`with_compact_target_rows(0)`](Self::with_compact_target_rows)).
     ///
     /// Default: 8192.
     pub fn with_read_batch_rows(mut self, rows: usize) -> Self {

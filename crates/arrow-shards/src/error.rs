@@ -45,7 +45,9 @@ pub enum Error {
         /// The buffer's partition count.
         num_partitions: u32,
     },
-    /// An Arrow kernel failed on a batch the buffer accepted (a bug in arrow-shards or arrow).
+    /// An Arrow kernel failed: on a batch the buffer accepted (copying it into an open batch,
+    /// cutting one, reordering a scattered batch), or reading a partition back (coalescing).
+    /// Data the schema check let in should never fail here: a bug in arrow-shards or arrow.
     #[error("arrow error: {0}")]
     Arrow(#[source] Arc<ArrowError>),
     /// The batch's schema does not match the buffer's (the workspace's one schema rule,
@@ -92,7 +94,9 @@ pub enum Error {
     /// memory. A write that would have to wait for room gets this with its batch back.
     #[error("spilling failed: {0}")]
     Spill(#[source] Arc<SpillError>),
-    /// A background thread of the buffer died (a bug in arrow-shards).
+    /// The buffer broke one of its own rules: a background thread died, a partition was
+    /// already being spilled where it could not be, a rule checked with `debug_assert` in
+    /// tests failed in a release build. Always a bug in arrow-shards; the batch is handed back.
     #[error("internal error: {0} (a bug in arrow-shards)")]
     Internal(&'static str),
     /// The bytes the pool holds for this buffer differ from the bytes its batches hold.

@@ -10,6 +10,12 @@
 //! 2. [`ShardBuffer::write`] (async), [`ShardBuffer::write_blocking`], [`ShardBuffer::try_write`]:
 //!    the batch is checked against the schema, sized by distinct allocation and charged to a
 //!    [`MemoryPool`]. A refused write returns a [`WriteError`] that hands the batch back.
+//!    [`ShardBuffer::write_partitioned`] (and its `_blocking`, `try_` forms), the entry point
+//!    engines use, takes a whole batch with a partition id per row and writes all its rows or
+//!    none; [`ShardBuffer::write_all`] and [`ShardBuffer::write_partitioned_all`] write a whole
+//!    iterator or stream of batches and hand back what they could not write. Small writes are
+//!    copied into per-partition open batches (compaction on write); a write too large for the
+//!    whole budget goes to disk directly.
 //! 3. [`ShardBuffer::seal`] one partition or [`ShardBuffer::finish`] them all.
 //! 4. [`ShardBuffer::read`] -> [`PartitionReader`]: an Arrow `RecordBatchReader`, a `Stream`, or
 //!    one batch via `concat`. Memory returns to the pool as batches are handed over.

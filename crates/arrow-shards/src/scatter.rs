@@ -1,12 +1,15 @@
 //! The scatter write's first step: check a batch's partition ids and group its rows by
 //! partition, in O(rows + partitions).
 //!
-//! Rows are ordered by a stable counting sort of their ids and gathered with one `take` of the
-//! whole batch, outside the buffer's lock; each partition's rows are then one range of the
-//! reordered batch, which the buffer copies into the partition's open batch (or keeps as a
-//! slice, for a range at or above the compaction target). One gather per input batch instead of
-//! one `take` per partition: the per-call costs of arrow's kernels are paid once, not once per
-//! tiny shard (see `docs/architecture.md`, "Scatter write").
+//! Two ways, chosen here, outside the buffer's lock. In the common case (compaction on, every
+//! column flat, every partition's share below the compaction target) the rows stay where they
+//! are, each tagged with its partition's range, and are copied row by row into the open
+//! batches ([`Grouped::Direct`], `compact/direct.rs`): no reordering copy at all. Otherwise they
+//! are ordered by a stable counting sort of their ids and gathered with one `take` of the whole
+//! batch ([`Grouped::Sorted`]); each partition's rows are then one range of the reordered batch,
+//! copied into its open batch or kept as a slice at or above the compaction target. Either way
+//! the per-call costs of arrow's kernels are paid once per input batch, not once per tiny shard
+//! (see `docs/architecture.md`, "Small shards: compaction on write and the scatter write").
 
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_select::take::take_record_batch;

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use arrow_array::RecordBatch;
+use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use arrow_shards::{Compression, Error, Metrics, PartitionReader, ShardBuffer};
 use arrow_shards_memory::sizing::batch_data_bytes;
@@ -130,20 +130,19 @@ impl Buffer {
             }
             _ => rows.max(1),
         };
-        let mut start = 0;
-        while start < rows {
+        let parts = (0..rows).step_by(step).map(|start| {
             let len = step.min(rows - start);
             let part = if len == rows {
                 batch.clone()
             } else {
                 batch.slice(start, len)
             };
-            self.inner
-                .write_partitioned_blocking(part, &ids[start..start + len])
-                .map_err(|e| self.error(e.error()))?;
-            start += len;
-        }
-        Ok(())
+            (part, UInt32Array::from(ids[start..start + len].to_vec()))
+        });
+        self.inner
+            .write_partitioned_all_blocking(parts)
+            .map(|_| ())
+            .map_err(|stopped| self.error(stopped.refused.error()))
     }
 
     /// Declares the input complete.

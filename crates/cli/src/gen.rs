@@ -1,26 +1,33 @@
-//! `arrow-shards gen lineitem`: TPC-H lineitem from tpchgen-arrow, streamed to parquet.
+//! `arrow-shards gen`: deterministic test tables, streamed to parquet.
 //!
-//! The generator is deterministic: the same scale factor always gives the same rows (and, with
-//! the same parquet version, the same bytes). Batches of 8192 rows go straight to an
-//! `ArrowWriter` (zstd level 3, row groups of at most 128Ki rows), so memory stays small at any
-//! scale. The file is written under a temporary name beside FILE and renamed when complete.
+//! Two tables, each a [`RecordBatchReader`] whose batches go straight to an `ArrowWriter`
+//! (zstd level 3), so memory stays small at any size:
+//! - `lineitem`: TPC-H lineitem from tpchgen-arrow, row groups of at most 128Ki rows;
+//! - `all-types` ([`all_types`]): 13 columns of many Arrow types, row groups of 14,300 rows.
+//!
+//! Both are deterministic: the same size always gives the same rows (and, with the same parquet
+//! version, the same bytes). The file is written under a temporary name beside FILE and renamed
+//! when complete; on failure the temporary file is removed.
+
+mod all_types;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use arrow_array::RecordBatchReader;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use tpchgen::generators::LineItemGenerator;
 use tpchgen_arrow::LineItemArrow;
 
-use crate::args::{GenArgs, GenTable};
+use crate::args::GenSize;
 use crate::error::CliError;
 
 /// Rows per generated batch.
 const BATCH_ROWS: usize = 8192;
-/// Rows per parquet row group: bounds what a reader must hold for one column chunk.
-const ROW_GROUP_ROWS: usize = 128 * 1024;
+/// Rows per lineitem row group: bounds what a reader must hold for one column chunk.
+const LINEITEM_ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// What `gen` wrote.
 #[derive(Debug, Clone, Copy)]
@@ -32,17 +39,30 @@ pub(crate) struct Generated {
 }
 
 /// Generates the table into the output file.
-pub(crate) fn run(args: &GenArgs) -> Result<Generated, CliError> {
-    match args.table {
-        GenTable::Lineitem => lineitem(args.scale, &args.output),
+pub(crate) fn run(size: GenSize, output: &Path) -> Result<Generated, CliError> {
+    match size {
+        GenSize::Lineitem { scale } => {
+            let batches =
+                LineItemArrow::new(LineItemGenerator::new(scale, 1, 1)).with_batch_size(BATCH_ROWS);
+            write_renamed(batches, "tpchgen", LINEITEM_ROW_GROUP_ROWS, output)
+        }
+        GenSize::AllTypes { rows } => {
+            let batches = all_types::AllTypes::new(rows, BATCH_ROWS);
+            write_renamed(batches, "all-types", all_types::ROW_GROUP_ROWS, output)
+        }
     }
 }
 
-fn lineitem(scale: f64, output: &Path) -> Result<Generated, CliError> {
-    let batches =
-        LineItemArrow::new(LineItemGenerator::new(scale, 1, 1)).with_batch_size(BATCH_ROWS);
+/// Writes `batches` to a temporary file beside `output`, then renames it to `output`.
+/// `source` names the generator in an error from its batches.
+fn write_renamed(
+    batches: impl RecordBatchReader,
+    source: &str,
+    row_group_rows: usize,
+    output: &Path,
+) -> Result<Generated, CliError> {
     let temp = temp_path(output);
-    let result = write(batches, &temp).and_then(|rows| {
+    let result = write(batches, source, row_group_rows, &temp).and_then(|rows| {
         std::fs::rename(&temp, output).map_err(|e| CliError::output(output, e))?;
         let bytes = std::fs::metadata(output)
             .map_err(|e| CliError::output(output, e))?
@@ -56,18 +76,23 @@ fn lineitem(scale: f64, output: &Path) -> Result<Generated, CliError> {
     result
 }
 
-fn write(batches: LineItemArrow, temp: &Path) -> Result<u64, CliError> {
+fn write(
+    batches: impl RecordBatchReader,
+    source: &str,
+    row_group_rows: usize,
+    temp: &Path,
+) -> Result<u64, CliError> {
     let file = File::create(temp).map_err(|e| CliError::output(temp, e))?;
     let level = ZstdLevel::try_new(3).map_err(|e| CliError::Internal(e.to_string()))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(level))
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_max_row_group_row_count(Some(row_group_rows))
         .build();
-    let mut writer = ArrowWriter::try_new(file, LineItemArrow::schema_ref(), Some(props))
+    let mut writer = ArrowWriter::try_new(file, batches.schema(), Some(props))
         .map_err(|e| CliError::output(temp, e))?;
     let mut rows = 0;
     for batch in batches {
-        let batch = batch.map_err(|e| CliError::Internal(format!("tpchgen: {e}")))?;
+        let batch = batch.map_err(|e| CliError::Internal(format!("{source}: {e}")))?;
         rows += batch.num_rows() as u64;
         writer
             .write(&batch)

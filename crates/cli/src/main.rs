@@ -8,6 +8,7 @@
 //!              [--row-group-rows N] [--statistics page|chunk|none]
 //!              [--threads N] [--json] [--verify] [--quiet]
 //! arrow-shards gen lineitem --scale SF --output FILE.parquet
+//! arrow-shards gen all-types [--rows N] --output FILE.parquet
 //! ```
 //!
 //! The story of a shuffle, in the order the data meets the modules:
@@ -28,7 +29,8 @@
 //! 6. [`summary`]: the figures, as a table or one JSON object on stdout; [`progress`] draws a bar
 //!    on stderr when it is a terminal.
 //!
-//! `gen` ([`gen`]) makes TPC-H lineitem test data with tpchgen-arrow.
+//! `gen` ([`gen`]) makes test data: TPC-H lineitem with tpchgen-arrow, or `all-types`, a seeded
+//! table of 13 columns of many Arrow types (nulls, NaN, dictionary, list, struct, ...).
 //!
 //! Errors ([`error`]) print one line, `arrow-shards: error: ...`, naming the file, column or
 //! directory, and exit with status 1; usage errors exit with status 2; an interrupted run prints
@@ -119,7 +121,12 @@ fn run(cli: &Cli) -> Result<(), CliError> {
             print(&text)
         }
         Command::Gen(args) => {
-            let generated = r#gen::run(args)?;
+            let size = args.size().unwrap_or_else(|message| {
+                Cli::command()
+                    .error(clap::error::ErrorKind::ArgumentConflict, message)
+                    .exit()
+            });
+            let generated = r#gen::run(size, &args.output)?;
             print(&format!(
                 "wrote {} rows to {} ({})\n",
                 generated.rows,

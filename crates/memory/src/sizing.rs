@@ -67,6 +67,11 @@ pub fn batch_data_bytes(batch: &RecordBatch) -> usize {
         .sum()
 }
 
+/// [`batch_data_bytes`] of one array.
+pub fn array_data_bytes(array: &dyn Array) -> usize {
+    data_bytes(&array.to_data())
+}
+
 fn data_bytes(data: &ArrayData) -> usize {
     let nulls = data.nulls().map_or(0, |_| data.len().div_ceil(8));
     let list = |width: usize, start: usize, end: usize| {

@@ -15,7 +15,7 @@ use arrow_array::ffi_stream::RecordBatchStreamReader;
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use arrow_schema::{ArrowError, Schema};
-use arrow_shards::{ShardBuffer, WriteError};
+use arrow_shards::{ShardBuffer, WriteError, Written};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -133,18 +133,32 @@ fn write_stream(
     partition: u32,
     mut stream: RecordBatchStreamReader,
 ) -> Result<(), StreamStop> {
-    let mut written = (0, 0);
-    while let Some(item) = stream.next() {
-        let batch = item.map_err(|error| StreamStop::Input { error, written })?;
-        let rows = batch.num_rows();
-        if let Err(error) = buffer.write_blocking(partition, batch) {
-            let rest = drain(&mut stream);
-            let refused = refused_write(error, rest, None, written);
-            return Err(StreamStop::Refused(Box::new(refused)));
+    // The input's own error ends the batches handed to `write_all_blocking`; it is reported
+    // after what came before it was written.
+    let mut input_error = None;
+    let batches = stream.by_ref().map_while(|item| match item {
+        Ok(batch) => Some((partition, batch)),
+        Err(error) => {
+            input_error = Some(error);
+            None
         }
-        written = (written.0 + 1, written.1 + rows);
+    });
+    let result = buffer.write_all_blocking(batches).map_err(|stopped| {
+        let written = counts(stopped.written);
+        (stopped.refused, written)
+    });
+    match (result, input_error) {
+        (Ok(_), None) => Ok(()),
+        (Ok(written), Some(error)) => Err(StreamStop::Input {
+            error,
+            written: counts(written),
+        }),
+        (Err((refused, written)), _) => {
+            let rest = drain(&mut stream);
+            let refused = refused_write(refused, rest, None, written);
+            Err(StreamStop::Refused(Box::new(refused)))
+        }
     }
-    Ok(())
 }
 
 fn write_partitioned_batches(
@@ -152,24 +166,36 @@ fn write_partitioned_batches(
     batches: Vec<RecordBatch>,
     ids: &UInt32Array,
 ) -> Result<(), Box<Refused>> {
-    let mut written = (0, 0);
     let mut offset = 0;
-    let mut batches = batches.into_iter();
-    while let Some(batch) = batches.next() {
+    let with_ids = batches.into_iter().map(|batch| {
         let rows = batch.num_rows();
-        if let Err(error) = buffer.write_partitioned_blocking(batch, &ids.slice(offset, rows)) {
-            let unwritten_ids = ids.slice(offset, ids.len() - offset);
-            return Err(Box::new(refused_write(
-                error,
-                batches.collect(),
+        let part = ids.slice(offset, rows);
+        offset += rows;
+        (batch, part)
+    });
+    buffer
+        .write_partitioned_all_blocking(with_ids)
+        .map(|_| ())
+        .map_err(|stopped| {
+            let stopped = *stopped;
+            let written = counts(stopped.written);
+            // the refused batch's ids and every later batch's
+            let from = usize::try_from(stopped.written.rows).unwrap_or(usize::MAX);
+            let unwritten_ids = ids.slice(from, ids.len() - from);
+            let rest: Vec<RecordBatch> = stopped.rest.map(|(batch, _)| batch).collect();
+            Box::new(refused_write(
+                stopped.refused,
+                rest,
                 Some(unwritten_ids),
                 written,
-            )));
-        }
-        offset += rows;
-        written = (written.0 + 1, written.1 + rows);
-    }
-    Ok(())
+            ))
+        })
+}
+
+/// `(batches, rows)` as the Python errors report them.
+fn counts(written: Written) -> (usize, usize) {
+    let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    (count(written.batches), count(written.rows))
 }
 
 impl PyShardBuffer {

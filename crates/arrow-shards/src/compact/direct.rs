@@ -5,7 +5,7 @@
 //! Reordering the batch first (one `take`) and then copying each partition's range column by
 //! column copies every value twice and pays a dispatch, a capacity check and a `memcpy` call per
 //! range and column: at 4096 partitions and 8192-row batches, 16 columns of 2-row ranges, that
-//! per-range work was most of the write path (`docs/architecture.md`, "Scatter write"). Here
+//! per-range work was most of the write path (`docs/architecture.md`, "Small shards: compaction on write and the scatter write"). Here
 //! each column is matched once per batch and each value is pushed once into buffers that were
 //! grown beforehand, by exactly what the charge predicted.
 //!

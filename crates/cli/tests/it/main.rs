@@ -8,4 +8,5 @@ mod inputs;
 mod interrupt;
 mod output_options;
 mod shuffle;
+mod small_budget;
 mod util;

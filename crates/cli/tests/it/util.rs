@@ -29,6 +29,16 @@ pub(crate) fn shuffle<P: AsRef<Path>>(inputs: &[P], flags: &str) -> Command {
     command
 }
 
+/// `arrow-shards gen all-types --rows ROWS --output FILE`, expected to succeed.
+pub(crate) fn gen_all_types(file: &Path, rows: u64) {
+    arrow_shards()
+        .args(["gen", "all-types", "--rows", &rows.to_string(), "--output"])
+        .arg(file)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains(format!("wrote {rows} rows to")));
+}
+
 /// A committed fixture.
 pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
