@@ -44,7 +44,7 @@ def test_partition_size_keys_are_the_rust_field_names(rust_sources: None) -> Non
         buffer.write(1, int_batch(0, 5))
         sizes = buffer.partition_sizes()
     assert len(sizes) == 3
-    assert list(sizes[0]) == rust_struct_fields(RUST / "state.rs", "PartitionSize")
+    assert list(sizes[0]) == rust_struct_fields(RUST / "state" / "mod.rs", "PartitionSize")
     assert sizes[1]["memory_rows"] == 5 and sizes[0]["memory_rows"] == 0
 
 

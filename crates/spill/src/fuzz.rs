@@ -3,7 +3,7 @@
 //! (`crates/arrow-shards/tests/it/fuzz_replay.rs`), so CI runs the very functions the fuzzer
 //! runs, over the committed corpus and seeded random inputs.
 //!
-//! Both targets feed their input straight to the I/O-free verifier and decoder (`decode.rs`),
+//! Both targets feed their input straight to the I/O-free verifier and decoder (`decode/`),
 //! as the bytes of a run file in memory: no file is written per input. What reading a segment
 //! adds around it (open, positioned reads, close) is tested with real files by the corruption
 //! tests.

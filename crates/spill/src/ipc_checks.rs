@@ -14,7 +14,7 @@
 //!
 //! The walk visits the message's field nodes and buffers in arrow-ipc's own order (depth
 //! first; per type the buffers its reader takes). Buffers are known to lie inside the body
-//! (`check_buffers` in `decode.rs`). A compressed buffer's length is the uncompressed length
+//! (`check_buffers` in `decode/verify.rs`). A compressed buffer's length is the uncompressed length
 //! its prefix declares; a compressed union type-id buffer is not read (it would need
 //! decompressing first; arrow-ipc checks the decompressed length).
 

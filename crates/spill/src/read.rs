@@ -1,5 +1,5 @@
 //! Reading a segment back from its run file: the I/O around the I/O-free verifier and decoder
-//! of `decode.rs`.
+//! of `decode/`.
 //!
 //! One file descriptor per read: open the file (`O_NOFOLLOW`), let the decoder read it with
 //! positioned reads (a segment of up to 256 KiB in one read, a larger one piece by piece in two
