@@ -24,6 +24,7 @@ use crate::shared::{Counters, Shared};
 use crate::spiller::Spiller;
 use crate::spiller::side::SpillSide;
 use crate::state::{PartitionSize, State};
+use crate::subscribe::{SubscriptionReader, SubscriptionStream};
 
 /// A memory-budgeted buffer of Arrow record batches, each tagged with an output partition.
 ///
@@ -131,7 +132,8 @@ impl ShardBuffer {
         self.shared.lock().finish()
     }
 
-    /// Takes `partition` for reading, exactly once, after it is sealed or the buffer finished.
+    /// Takes `partition` for reading, exactly once, after it is sealed or the buffer finished
+    /// ([`subscribe`](Self::subscribe) reads it while it is written).
     ///
     /// The reader yields the partition's batches in write order (per producer); a partition that
     /// got no data reads as empty. Memory goes back to the pool as the reader hands batches over.
@@ -143,6 +145,77 @@ impl ShardBuffer {
         self.shared.check_partition(partition)?;
         let taken = self.shared.lock().take_for_read(partition)?;
         Ok(PartitionReader::new(Arc::clone(&self.shared), taken))
+    }
+
+    /// Claims `partition` for a streaming read, exactly once (a later `read` or `subscribe` of
+    /// it is [`Error::AlreadyRead`]): the stream yields its batches while producers still write
+    /// to it, and ends once it is sealed (or the buffer finished) and everything is handed over.
+    ///
+    /// Guarantees:
+    /// - every row written to `partition` comes out exactly once, each producer's rows in write
+    ///   order: spilled segments, then stored batches, as they become available, and the open
+    ///   batch (rows copied in by small writes) once the partition is sealed or the buffer
+    ///   finished;
+    /// - batches are as large as compaction makes them: a take never cuts an open batch of a
+    ///   partition still open, so a consumer keeping up sees whole compacted batches, not each
+    ///   small write;
+    /// - what is not taken yet stays in the buffer, spillable like any partition's data: a
+    ///   consumer that falls behind costs disk, not memory. Producers never wait for readers,
+    ///   only for memory. A take of batches being spilled takes them from memory and voids that
+    ///   spill ([`Metrics::spills_voided`]);
+    /// - dropping the stream before its end (cancelling) releases what it holds and abandons
+    ///   the partition: what is written to it afterwards is accepted and discarded, counted in
+    ///   [`Metrics::rows_discarded`] (refusing instead would fail every scattered write that
+    ///   has a row for it, so one consumer that stops early, a `LIMIT`, would fail the whole
+    ///   exchange);
+    /// - closing the buffer ends a waiting stream with [`Error::Closed`].
+    ///
+    /// Poll the stream within a tokio runtime.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use arrow_array::{Int64Array, RecordBatch};
+    /// use arrow_schema::{DataType, Field, Schema};
+    /// use arrow_shards::ShardBuffer;
+    /// use futures::StreamExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    /// let buffer = ShardBuffer::builder(schema.clone(), 2).with_memory_limit(1 << 20).build()?;
+    /// let mut stream = buffer.subscribe(0)?;
+    ///
+    /// let writer = buffer.clone();
+    /// let producer = tokio::spawn(async move {
+    ///     for k in 0..10_000i64 {
+    ///         let batch = RecordBatch::try_new(
+    ///             writer.schema().clone(),
+    ///             vec![Arc::new(Int64Array::from(vec![k]))],
+    ///         )?;
+    ///         writer.write((k % 2) as u32, batch).await?;
+    ///     }
+    ///     writer.finish()?;
+    ///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    /// });
+    ///
+    /// let mut rows = 0;
+    /// while let Some(batch) = stream.next().await {
+    ///     rows += batch?.num_rows();
+    /// }
+    /// producer.await?.map_err(|e| e.to_string())?;
+    /// assert_eq!(rows, 5_000);
+    /// buffer.close()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn subscribe(&self, partition: u32) -> Result<SubscriptionStream, Error> {
+        SubscriptionStream::new(Arc::clone(&self.shared), partition)
+    }
+
+    /// [`subscribe`](Self::subscribe) as a blocking iterator and `RecordBatchReader`: `next`
+    /// waits on the calling thread while nothing is there to take yet.
+    pub fn subscribe_blocking(&self, partition: u32) -> Result<SubscriptionReader, Error> {
+        SubscriptionReader::new(Arc::clone(&self.shared), partition)
     }
 
     /// A snapshot of the buffer's counters.

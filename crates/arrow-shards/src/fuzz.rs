@@ -5,13 +5,16 @@
 //! `arrow_shards_spill::fuzz`.) Not part of the API: it panics on any difference.
 //!
 //! [`state_machine`]: bytes as a sequence of buffer operations (writes from three producers,
-//! `try_write`, seals, full and half reads, finish) on a buffer with a tiny memory limit, so the
-//! spiller runs all the time. Every refusal is checked against a model, every accepted row must
-//! come back exactly once in its producer's order (or, for a reader dropped half way, a
-//! per-producer prefix), and after `close` the pool is empty and no file is left.
+//! `try_write`, seals, full and half reads, finish, and subscriptions: subscribe, take some,
+//! drop the stream) on a buffer with a tiny memory limit, so the spiller runs all the time.
+//! Every refusal is checked against a model, every accepted row must come back exactly once in
+//! its producer's order (or, for a reader dropped half way, a per-producer prefix; a
+//! subscription's takes so far are always a prefix, and all of it at the end), and after
+//! `close` the pool is empty and no file is left.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
@@ -20,7 +23,7 @@ use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::path::Path;
 
-use crate::{Error, ShardBuffer};
+use crate::{Error, ShardBuffer, SubscriptionReader};
 
 /// Reads a little-endian cursor over the fuzz input; zeros once it is used up.
 struct Bytes<'a> {
@@ -83,9 +86,48 @@ struct ModelPartition {
     /// Accepted rows per producer, in write order.
     accepted: HashMap<i64, Vec<i64>>,
     sealed: bool,
+    /// Claimed by a read or a subscription.
     read: bool,
+    /// A live subscription and the rows it handed over so far.
+    subscription: Option<(SubscriptionReader, Vec<(i64, i64)>)>,
+    /// Its subscription was dropped early: writes to it are accepted and discarded.
+    abandoned: bool,
 }
 
+/// Takes up to `batches` batches from `p`'s subscription without waiting (all of them with
+/// `None`, which must not need to wait: the buffer is finished); checks what it has so far.
+fn take_some(p: u32, m: &mut ModelPartition, batches: Option<usize>) {
+    let Some((reader, rows)) = &mut m.subscription else {
+        return;
+    };
+    let mut taken = 0;
+    let ended = loop {
+        if batches.is_some_and(|b| taken >= b) {
+            break false;
+        }
+        match reader.try_next() {
+            Poll::Ready(Some(batch)) => {
+                let batch = batch.expect("no fault is injected: reads succeed");
+                assert!(batch.num_rows() > 0, "no empty batch is handed out");
+                rows.extend(row_ids(&batch));
+                taken += 1;
+            }
+            Poll::Ready(None) => break true,
+            Poll::Pending => {
+                assert!(
+                    batches.is_some(),
+                    "partition {p}: a finished buffer made a take wait"
+                );
+                break false;
+            }
+        }
+    };
+    let rows = std::mem::take(rows);
+    check_delivered(p, m, &rows, ended);
+    if let Some((_, kept)) = &mut m.subscription {
+        *kept = rows;
+    }
+}
 /// Checks rows handed out for `partition`: per producer, exactly the accepted rows in order
 /// (`complete`), or a prefix of them (a reader dropped half way).
 fn check_delivered(partition: u32, model: &ModelPartition, rows: &[(i64, i64)], complete: bool) {
@@ -130,6 +172,8 @@ pub fn state_machine(data: &[u8], root: &Path) {
         (0..partitions).map(|_| ModelPartition::default()).collect();
     let mut finished = false;
     let mut next_seq: HashMap<(i64, u32), i64> = HashMap::new();
+    // Rows of every accepted write, abandoned partitions' included.
+    let mut accepted = 0u64;
 
     let read = |buffer: &ShardBuffer,
                 model: &mut [ModelPartition],
@@ -172,21 +216,27 @@ pub fn state_machine(data: &[u8], root: &Path) {
         ops += 1;
         let op = input.byte();
         let p = u32::from(input.byte()) % partitions;
-        match op % 8 {
+        match op % 11 {
             0..=3 => {
                 let producer = i64::from(op / 8 % 3);
                 let rows = usize::from(input.byte() % 128);
                 let seq = next_seq.entry((producer, p)).or_default();
                 let batch = machine_batch(producer, *seq, rows);
-                let result = if op % 8 == 3 {
+                let result = if op % 11 == 3 {
                     buffer.try_write(p, batch.clone())
                 } else {
                     buffer.write_blocking(p, batch.clone())
                 };
                 let m = &mut model[p as usize];
                 match result {
+                    Ok(()) if m.abandoned => {
+                        assert!(!finished && !m.sealed, "write accepted after seal/finish");
+                        accepted += rows as u64;
+                        *seq += rows as i64;
+                    }
                     Ok(()) => {
                         assert!(!finished && !m.sealed, "write accepted after seal/finish");
+                        accepted += rows as u64;
                         m.accepted
                             .entry(producer)
                             .or_default()
@@ -200,7 +250,7 @@ pub fn state_machine(data: &[u8], root: &Path) {
                                 assert!(m.sealed && !finished && *partition == p)
                             }
                             Error::MemoryExhausted { .. } => {
-                                assert!(op % 8 == 3, "a blocking write waited 60 s: a hang")
+                                assert!(op % 11 == 3, "a blocking write waited 60 s: a hang")
                             }
                             other => panic!("unexpected write error: {other}"),
                         }
@@ -217,27 +267,52 @@ pub fn state_machine(data: &[u8], root: &Path) {
                 let keep = usize::from(input.byte() % 4);
                 read(&buffer, &mut model, finished, p, Some(keep));
             }
-            _ => {
+            7 => {
                 buffer.finish().expect("finish");
                 finished = true;
+            }
+            8 => {
+                let m = &mut model[p as usize];
+                match buffer.subscribe_blocking(p) {
+                    Ok(reader) => {
+                        assert!(!m.read, "second claim of partition {p} allowed");
+                        m.read = true;
+                        m.subscription = Some((reader, Vec::new()));
+                    }
+                    Err(Error::AlreadyRead { partition }) => {
+                        assert!(m.read && partition == p, "AlreadyRead for unread {p}");
+                    }
+                    Err(other) => panic!("unexpected subscribe error: {other}"),
+                }
+            }
+            9 => {
+                let batches = usize::from(input.byte() % 4);
+                take_some(p, &mut model[p as usize], Some(batches));
+            }
+            _ => {
+                let m = &mut model[p as usize];
+                if m.subscription.take().is_some() {
+                    // Dropped before its end, or after it (then nothing is abandoned, and
+                    // nothing more can be written).
+                    m.abandoned = true;
+                }
             }
         }
     }
     buffer.finish().expect("finish");
     for p in 0..partitions {
-        if !model[p as usize].read {
+        let m = &mut model[p as usize];
+        if m.subscription.is_some() {
+            take_some(p, m, None);
+            m.subscription = None;
+        } else if !m.read {
             read(&buffer, &mut model, true, p, None);
         }
     }
     let metrics = buffer.close().expect("close");
     assert_eq!(metrics.reserved, 0);
     assert_eq!(buffer.memory_pool().reserved(), 0, "a reservation leaked");
-    let accepted: usize = model
-        .iter()
-        .flat_map(|m| m.accepted.values())
-        .map(Vec::len)
-        .sum();
-    assert_eq!(metrics.rows_written, accepted as u64);
+    assert_eq!(metrics.rows_written, accepted);
     let left = std::fs::read_dir(root).expect("root").count();
     assert_eq!(left, 0, "files left after close");
 }

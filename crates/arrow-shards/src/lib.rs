@@ -18,7 +18,10 @@
 //!    whole budget goes to disk directly.
 //! 3. [`ShardBuffer::seal`] one partition or [`ShardBuffer::finish`] them all.
 //! 4. [`ShardBuffer::read`] -> [`PartitionReader`]: an Arrow `RecordBatchReader`, a `Stream`, or
-//!    one batch via `concat`. Memory returns to the pool as batches are handed over.
+//!    one batch via `concat`. Memory returns to the pool as batches are handed over. Or, while
+//!    producers still write: [`ShardBuffer::subscribe`] -> [`SubscriptionStream`] (async) and
+//!    [`ShardBuffer::subscribe_blocking`] -> [`SubscriptionReader`], which take a partition's
+//!    batches as they are written and end when it is sealed or the buffer finished.
 //! 5. [`ShardBuffer::close`] returns the final [`Metrics`] after checking the accounting.
 //!
 //! ```
@@ -87,6 +90,7 @@ mod shard;
 mod shared;
 mod spiller;
 mod state;
+mod subscribe;
 mod victims;
 mod write;
 mod write_all;
@@ -110,6 +114,7 @@ pub use read::{PartitionReader, PartitionStream};
 pub use scatter::{PartitionIds, RowsByPartition};
 pub use shard::batch_cost;
 pub use state::PartitionSize;
+pub use subscribe::{SubscriptionReader, SubscriptionStream};
 pub use write_all::{WriteAllError, Written};
 
 /// The README's example, compiled and run as a doc test so that it stays true.

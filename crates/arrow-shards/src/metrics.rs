@@ -31,6 +31,15 @@ pub struct Metrics {
     pub partitions_read: u64,
     /// Total time writers spent waiting for memory.
     pub write_wait: Duration,
+    /// Rows subscriptions ([`ShardBuffer::subscribe`](crate::ShardBuffer::subscribe)) took
+    /// while their partition was still open (neither sealed nor the buffer finished).
+    pub rows_streamed: u64,
+    /// Spills of a partition's batches voided because its reader took them while they were
+    /// being written (the spill's segments are dropped).
+    pub spills_voided: u64,
+    /// Rows written to a partition after its subscription was dropped before its end,
+    /// discarded (with the rows it held when dropped).
+    pub rows_discarded: u64,
     /// Bytes of Arrow data that went to disk: each spilled batch's own rows (values, offsets,
     /// validity; a slice counts its rows, not its parent's buffers), before IPC framing and
     /// compression. Uncompressed, `bytes_written_to_disk` is this plus each segment's metadata

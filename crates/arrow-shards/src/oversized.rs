@@ -98,7 +98,11 @@ impl ShardBuffer {
             .collect();
         let result = self.shared.lock().land_direct(parts);
         match result {
-            Ok(()) => Ok(()),
+            // Parts for abandoned partitions, dropped after unlock.
+            Ok(discarded) => {
+                drop(discarded);
+                Ok(())
+            }
             Err((error, segments)) => {
                 drop(segments);
                 let p = error_partition(&error, partition);

@@ -30,25 +30,7 @@ pub struct PartitionReader {
 
 impl PartitionReader {
     pub(crate) fn new(shared: Arc<Shared>, taken: Taken) -> Self {
-        // The allocations listed when each batch was written go along, so the merge does not
-        // walk the batches again.
-        let batches = taken
-            .batches
-            .into_iter()
-            .map(|s| (s.batch, s.allocations))
-            .collect();
-        let sources = PartitionSources::new(Arc::clone(&shared.schema))
-            .with_segments(taken.segments)
-            .with_memory_allocations(batches, taken.reservation);
-
-        let mut options = match shared.config.read_batch_rows {
-            Some(rows) => MergeOptions::new().with_target_rows(rows),
-            None => MergeOptions::new().with_pass_through(),
-        };
-        if let Some(slots) = &shared.config.read_slots {
-            options = options.with_read_slots(slots.clone());
-        }
-        let merger = Merger::new(sources, options, Arc::clone(&shared.pool));
+        let merger = merger(&shared, taken);
         Self { shared, merger }
     }
 
@@ -105,7 +87,31 @@ impl Stream for PartitionStream {
     }
 }
 
-fn count(counters: &Counters, batch: &RecordBatch) {
+/// A merge of what a take handed over, with the buffer's read settings.
+pub(crate) fn merger(shared: &Shared, taken: Taken) -> Merger {
+    // The allocations listed when each batch was written go along, so the merge does not
+    // walk the batches again.
+    let batches = taken
+        .batches
+        .into_iter()
+        .map(|s| (s.batch, s.allocations))
+        .collect();
+    let sources = PartitionSources::new(Arc::clone(&shared.schema))
+        .with_segments(taken.segments)
+        .with_memory_allocations(batches, taken.reservation);
+
+    let mut options = match shared.config.read_batch_rows {
+        Some(rows) => MergeOptions::new().with_target_rows(rows),
+        None => MergeOptions::new().with_pass_through(),
+    };
+    if let Some(slots) = &shared.config.read_slots {
+        options = options.with_read_slots(slots.clone());
+    }
+    Merger::new(sources, options, Arc::clone(&shared.pool))
+}
+
+/// Counts a batch handed to a reader.
+pub(crate) fn count(counters: &Counters, batch: &RecordBatch) {
     counters.batches_read.fetch_add(1, Ordering::Relaxed);
     counters
         .rows_read

@@ -4,7 +4,10 @@
 //! # Locking
 //! `state` is the buffer's one lock (see [`crate::state`]); `counters` are atomics updated
 //! without it. Lock order: `State`, then the pool's release signal (inside `MemoryPool::shrink`).
+//! Subscribers a change concerns are woken after the lock is let go ([`StateGuard`]'s drop),
+//! never under it.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -41,10 +44,12 @@ pub(crate) struct Counters {
 }
 
 impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
         // A panic under the lock cannot leave State half-updated in a way that loses batches:
         // every mutation is a push or a take; keep serving rather than poisoning every handle.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        StateGuard(Some(
+            self.state.lock().unwrap_or_else(PoisonError::into_inner),
+        ))
     }
 
     pub(crate) fn check_partition(&self, partition: u32) -> Result<(), Error> {
@@ -55,6 +60,38 @@ impl Shared {
                 partition,
                 num_partitions: self.num_partitions,
             })
+        }
+    }
+}
+
+/// The buffer's lock, held: derefs to the [`State`]. Dropping it unlocks, then wakes the
+/// subscribers that the changes made under it concern (`State::take_wakes`), so that no waker
+/// runs under the lock.
+pub(crate) struct StateGuard<'a>(Option<MutexGuard<'a, State>>);
+
+impl Deref for StateGuard<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        self.0.as_deref().expect("held until dropped")
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.0.as_deref_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut guard) = self.0.take() else {
+            return;
+        };
+        let wakes = guard.take_wakes();
+        drop(guard);
+        for wake in wakes {
+            wake.notify_one();
         }
     }
 }

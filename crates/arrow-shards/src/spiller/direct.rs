@@ -72,31 +72,21 @@ pub(crate) fn write(
     let mut written = written.into_iter();
     let mut landed = Vec::with_capacity(parts.len());
     let mut voided = Vec::new();
-    let mut read_meanwhile = None;
     for (partition, ticket, batches) in &started {
-        // Committed even with no batches: it ends the partition's flight.
+        // Committed even with no batches: it ends the partition's flight. A reader that took
+        // the batches meanwhile voided it (they precede the part either way); a partition no
+        // longer writable refuses the part when the writer lands it.
         let memory = match batches.is_empty() {
             true => Vec::new(),
             false => written.next().expect("one entry per chosen").1,
         };
-        let had = !memory.is_empty();
-        let void = state.commit_spill(*partition, *ticket, memory);
-        if had && !void.is_empty() {
-            read_meanwhile.get_or_insert(*partition);
-        }
-        voided.extend(void);
+        voided.extend(state.commit_spill(*partition, *ticket, memory));
         landed.push(written.next().expect("one entry per part"));
     }
     drop(state);
+    drop(voided);
     // The charge goes with this function: the parts are on disk.
-    match read_meanwhile {
-        None => Ok(landed),
-        Some(partition) => {
-            // A read took the partition while its batches were being written.
-            drop((voided, landed));
-            Err((partition, Error::Sealed { partition }))
-        }
-    }
+    Ok(landed)
 }
 
 /// A part's partition with its spill ticket and the memory batches it marked in flight.

@@ -347,8 +347,10 @@ impl State {
         p.memory_rows += len;
         self.rows_written += len as u64;
         self.bytes_written += written as u64;
+        // An abandoned partition's rows are discarded by the cut (see `push_stored`).
+        let abandoned = matches!(p.reader, super::Reader::Abandoned);
         self.bytes_changed(partition, old);
-        if full {
+        if full || abandoned {
             self.cut(partition)?;
         }
         Ok(())

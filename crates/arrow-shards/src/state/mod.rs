@@ -5,16 +5,24 @@
 //! the allocation set plus the overheads and open batches at every unlock", [`State::settle`],
 //! [`State::check_balance`]), the lifecycle flags and the metrics. [`insert`] is how the four
 //! shard kinds get in (whole, small, scattered reordered, scattered in place); [`tickets`] is
-//! how batches leave memory (spill tickets: start, commit, abort, land a direct write) and how a
-//! read takes a partition.
+//! how batches leave memory for disk (spill tickets: start, commit, abort, land a direct
+//! write); [`take`] is how they leave for a reader (a read, or a subscription taking what is
+//! there while writers go on).
 //!
 //! # Per-partition states
 //! Batches of one partition move through: **in memory** (`batches[in_flight.count..]`, in the
 //! victim index) -> **being spilled** (`batches[..in_flight.count]`: still in memory, still
-//! charged and readable) -> **on disk** (`segments`, memory released) -> **read** (everything
-//! handed to one reader). A read while a spill of the same partition is running takes the
-//! in-flight batches back from memory and voids the spill's ticket, so the segment that spill
-//! produces is dropped: no loss, no duplicate.
+//! charged and readable) -> **on disk** (`segments`, memory released) -> **taken** (handed to
+//! the partition's one reader: all at once by a read, or piece by piece by a subscription). A
+//! take while a spill of the same partition is running takes the in-flight batches back from
+//! memory and voids the spill's ticket, so the segment that spill produces is dropped: no loss,
+//! no duplicate.
+//!
+//! A partition's reader ([`Reader`]) is claimed once. A subscription takes the segments and
+//! stored batches there now, never the open batch until the partition is sealed or the buffer
+//! finished; what is left stays spillable. Changes a subscriber waits for (a stored batch or
+//! segments added, seal, finish, close) queue its `Notify` in `wakes`, fired by the lock guard
+//! after unlock ([`crate::shared::StateGuard`]).
 //!
 //! # Locking
 //! All of it lives in one `Mutex<State>` inside the buffer ([`crate::ShardBuffer`]). The lock is
@@ -30,6 +38,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use arrow_shards_memory::{AllocationSet, MemoryReservation};
 use arrow_shards_spill::{SegmentRef, SpillError};
+use tokio::sync::Notify;
 
 use crate::compact::{CompactConfig, OpenBatch, Start};
 use crate::error::Error;
@@ -38,6 +47,7 @@ use crate::shard::Stored;
 use crate::victims::LargestFirst;
 
 mod insert;
+mod take;
 #[cfg(test)]
 mod tests;
 mod tickets;
@@ -72,10 +82,24 @@ pub(crate) struct Partition {
     in_flight: Option<InFlight>,
     segments: Vec<SegmentRef>,
     sealed: bool,
-    read: bool,
+    reader: Reader,
     /// Rows in memory (stored and open) and on disk.
     memory_rows: usize,
     spilled_rows: usize,
+}
+
+/// Who reads a partition.
+#[derive(Debug, Default)]
+pub(crate) enum Reader {
+    /// Nobody yet.
+    #[default]
+    Unclaimed,
+    /// A subscription, woken through this when there is more to take.
+    Streaming(Arc<Notify>),
+    /// Everything was taken (a read, or a subscription to the end): nothing more comes.
+    Done,
+    /// The subscription was dropped before the end: what is written to it is discarded.
+    Abandoned,
 }
 
 /// One part of a direct write, on disk, to join its partition ([`State::land_direct`]).
@@ -90,11 +114,12 @@ pub(crate) struct LandedPart {
     pub(crate) data: usize,
 }
 
-/// What `read(p)` takes out of the state.
+/// What a take hands a reader: segments first, then batches, in write order.
 #[derive(Debug)]
 pub(crate) struct Taken {
     pub(crate) segments: Vec<SegmentRef>,
     pub(crate) batches: Vec<Stored>,
+    /// The bytes those batches alone keep alive, split off the buffer's reservation.
     pub(crate) reservation: MemoryReservation,
 }
 
@@ -152,6 +177,14 @@ pub(crate) struct State {
     direct_writes: u64,
     /// Sum over spill rounds of what each needed to free to reach its goal.
     bytes_needed: u64,
+    /// Rows a subscription took while their partition was still open.
+    rows_streamed: u64,
+    /// Spill tickets voided because a reader took their batches.
+    spills_voided: u64,
+    /// Rows written to a partition whose subscription was dropped, discarded.
+    rows_discarded: u64,
+    /// Subscribers to wake once the lock is let go.
+    wakes: Vec<Arc<Notify>>,
 }
 impl State {
     pub(crate) fn new(
@@ -182,6 +215,10 @@ impl State {
             bytes_spilled: 0,
             direct_writes: 0,
             bytes_needed: 0,
+            rows_streamed: 0,
+            spills_voided: 0,
+            rows_discarded: 0,
+            wakes: Vec::new(),
         }
     }
 
@@ -196,6 +233,7 @@ impl State {
             return Err(Error::Closed);
         }
         self.partitions[partition as usize].sealed = true;
+        self.wake(partition);
         Ok(())
     }
 
@@ -205,7 +243,29 @@ impl State {
             return Err(Error::Closed);
         }
         self.finished = true;
+        self.wake_all();
         Ok(())
+    }
+
+    /// Queues `partition`'s subscriber, if it has one, to be woken after unlock.
+    fn wake(&mut self, partition: u32) {
+        if let Reader::Streaming(notify) = &self.partitions[partition as usize].reader {
+            self.wakes.push(Arc::clone(notify));
+        }
+    }
+
+    /// Queues every subscriber to be woken after unlock.
+    fn wake_all(&mut self) {
+        for p in &self.partitions {
+            if let Reader::Streaming(notify) = &p.reader {
+                self.wakes.push(Arc::clone(notify));
+            }
+        }
+    }
+
+    /// The subscribers to wake, for the lock guard to wake after unlock.
+    pub(crate) fn take_wakes(&mut self) -> Vec<Arc<Notify>> {
+        std::mem::take(&mut self.wakes)
     }
 
     /// The spill error writers that would wait get now, if spilling is failing.
@@ -239,6 +299,9 @@ impl State {
         metrics.bytes_spilled = self.bytes_spilled;
         metrics.direct_writes = self.direct_writes;
         metrics.bytes_needed_to_target = self.bytes_needed;
+        metrics.rows_streamed = self.rows_streamed;
+        metrics.spills_voided = self.spills_voided;
+        metrics.rows_discarded = self.rows_discarded;
         metrics.spill_error = self.spill_error.clone();
     }
 
@@ -246,6 +309,7 @@ impl State {
     /// (to drop after unlock); with the spill error, if spilling was failing.
     pub(crate) fn close(&mut self) -> (Drained, Option<Arc<SpillError>>) {
         self.closed = true;
+        self.wake_all();
         (self.drain_all(), self.spill_error.clone())
     }
 
@@ -292,14 +356,26 @@ impl State {
     /// Records that `partition`'s spillable bytes changed from `old` to its current `bytes`.
     fn bytes_changed(&mut self, partition: u32, old: usize) {
         let p = &self.partitions[partition as usize];
-        if p.in_flight.is_none() && !p.read {
+        if p.in_flight.is_none() && !matches!(p.reader, Reader::Done) {
             self.victims.update(partition, old, p.bytes);
         }
     }
 
-    /// Pushes an already charged batch after `partition`'s others.
+    /// Pushes an already charged batch after `partition`'s others, and wakes its subscriber; a
+    /// partition whose subscription was dropped discards it instead (uncharged; the caller
+    /// settles).
     fn push_stored(&mut self, partition: u32, stored: Stored) {
         let p = &mut self.partitions[partition as usize];
+        match &p.reader {
+            Reader::Abandoned => {
+                self.rows_discarded += stored.batch.num_rows() as u64;
+                self.allocations.remove(&stored.allocations);
+                self.extra -= stored.overhead;
+                return;
+            }
+            Reader::Streaming(notify) => self.wakes.push(Arc::clone(notify)),
+            Reader::Unclaimed | Reader::Done => {}
+        }
         let old = p.bytes;
         p.bytes += stored.cost();
         p.memory_rows += stored.batch.num_rows();
@@ -367,7 +443,7 @@ impl State {
         let mut open = Vec::new();
         let mut segments = Vec::new();
         for (i, p) in self.partitions.iter_mut().enumerate() {
-            if p.in_flight.take().is_none() && !p.read {
+            if p.in_flight.take().is_none() && !matches!(p.reader, Reader::Done) {
                 self.victims.update(i as u32, p.bytes, 0);
             }
             p.bytes = 0;

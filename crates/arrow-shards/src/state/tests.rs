@@ -1,6 +1,7 @@
 //! The ledger's balance invariant, after each operation on a `State`: the reservation equals
 //! what is held (allocations once each, overheads, open batches), the pool sees exactly the
-//! reservation, and every row is somewhere (memory, disk, or taken by a read).
+//! reservation, and every row is somewhere (memory, disk, taken by a read or a subscription, or
+//! discarded for an abandoned subscription), never twice.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_shards_memory::{BoundedPool, MemoryPool, MemoryReservation};
 use proptest::prelude::*;
 
-use super::{State, Taken};
+use super::{Reader, State, Taken};
 use crate::compact::CompactConfig;
 use crate::scatter::scatter;
 use crate::shard::{Shard, Stored};
@@ -38,6 +39,11 @@ enum Op {
     Spill(usize),
     SpillOf(u32, bool),
     Read(u32),
+    Subscribe(u32),
+    TakeSome(u32),
+    /// A spill of the partition in flight while its subscription takes, then committed.
+    SpillTake(u32),
+    Abandon(u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -48,6 +54,10 @@ fn op() -> impl Strategy<Value = Op> {
         (0usize..100_000).prop_map(Op::Spill),
         (0..PARTITIONS, any::<bool>()).prop_map(|(p, commit)| Op::SpillOf(p, commit)),
         (0..PARTITIONS).prop_map(Op::Read),
+        (0..PARTITIONS).prop_map(Op::Subscribe),
+        (0..PARTITIONS).prop_map(Op::TakeSome),
+        (0..PARTITIONS).prop_map(Op::SpillTake),
+        (0..PARTITIONS).prop_map(Op::Abandon),
     ]
 }
 
@@ -75,10 +85,15 @@ fn assert_balanced(
         .map(|p| p.memory_rows + p.spilled_rows)
         .sum();
     assert_eq!(
-        held + taken_rows,
+        held + taken_rows + state.rows_discarded as usize,
         state.rows_written as usize,
         "rows lost or doubled after {what:?}"
     );
+}
+
+fn rows_of(state: &State, p: u32) -> usize {
+    let part = &state.partitions[p as usize];
+    part.memory_rows + part.spilled_rows
 }
 
 proptest! {
@@ -142,6 +157,7 @@ proptest! {
                         }
                     }
                 }
+                Op::Subscribe(_) | Op::TakeSome(_) | Op::SpillTake(_) | Op::Abandon(_) => {}
                 Op::Read(p) => {
                     state.seal(p).unwrap();
                     let rows = {
@@ -153,6 +169,42 @@ proptest! {
                         taken.push(t);
                     }
                 }
+            }
+            match *op {
+                Op::Subscribe(p) => {
+                    let claimed = !matches!(state.partitions[p as usize].reader, Reader::Unclaimed);
+                    prop_assert_eq!(state.subscribe(p).is_err(), claimed);
+                }
+                Op::TakeSome(p) => {
+                    // Counted from the partition: the fake spills above land no segments.
+                    let before = rows_of(&state, p);
+                    if let Ok(chunk) = state.take_some(p) {
+                        taken_rows += before - rows_of(&state, p);
+                        taken.push(chunk.taken);
+                    }
+                }
+                Op::SpillTake(p) => {
+                    if !matches!(state.partitions[p as usize].reader, Reader::Streaming(_)) {
+                        continue;
+                    }
+                    if let Ok(Some((ticket, batches))) = state.start_spill_of(p) {
+                        let voided = state.spills_voided;
+                        let before = rows_of(&state, p);
+                        let chunk = state.take_some(p).unwrap();
+                        prop_assert_eq!(state.spills_voided, voided + 1);
+                        let in_flight: usize = batches.iter().map(|(b, _)| b.num_rows()).sum();
+                        let memory: usize = chunk.taken.batches.iter().map(|s| s.batch.num_rows()).sum();
+                        prop_assert!(memory >= in_flight, "the in-flight batches are taken");
+                        taken_rows += before - rows_of(&state, p);
+                        taken.push(chunk.taken);
+                        // The voided spill's commit changes nothing.
+                        let before = state.partitions[p as usize].memory_rows;
+                        prop_assert!(state.commit_spill(p, ticket, Vec::new()).is_empty());
+                        prop_assert_eq!(state.partitions[p as usize].memory_rows, before);
+                    }
+                }
+                Op::Abandon(p) => drop(state.abandon(p)),
+                _ => {}
             }
             assert_balanced(&state, &pool, &taken, taken_rows, op);
         }

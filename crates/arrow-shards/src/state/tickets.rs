@@ -1,58 +1,15 @@
 //! How batches leave memory, under the buffer's lock: spill tickets (a round or a direct write
 //! marks a partition's batches in flight, then commits or aborts), the landing of a direct
-//! write's parts, and a read taking a partition (which voids a running spill's ticket).
+//! write's parts. (A reader's take, which voids a running spill's ticket, is in `take.rs`.)
 
 use arrow_shards_memory::Exclusive;
 use arrow_shards_spill::SegmentRef;
 
-use super::{InFlight, LandedPart, SizedBatches, State, Taken};
-use crate::compact::Start;
+use super::{InFlight, LandedPart, Reader, SizedBatches, State};
 use crate::error::Error;
 use crate::shard::Stored;
 
 impl State {
-    /// Marks `partition` read and takes its segments and batches (including any being spilled
-    /// right now, whose spill is voided), with a reservation for the bytes those batches alone
-    /// keep alive; allocations shared with other partitions stay charged to the buffer.
-    pub(crate) fn take_for_read(&mut self, partition: u32) -> Result<Taken, Error> {
-        if self.closed {
-            return Err(Error::Closed);
-        }
-        let finished = self.finished;
-        let p = &self.partitions[partition as usize];
-        if p.read {
-            return Err(Error::AlreadyRead { partition });
-        }
-        if !(p.sealed || finished) {
-            return Err(Error::NotComplete { partition });
-        }
-        self.cut(partition)?;
-        self.settle();
-        let held = self.held();
-        let p = &mut self.partitions[partition as usize];
-        p.read = true;
-        p.start = Start::default();
-        if p.in_flight.take().is_none() {
-            self.victims.update(partition, p.bytes, 0);
-        }
-        p.bytes = 0;
-        p.memory_rows = 0;
-        p.spilled_rows = 0;
-        let batches = std::mem::take(&mut p.batches);
-        let segments = std::mem::take(&mut p.segments);
-        for s in &batches {
-            self.allocations.remove(&s.allocations);
-            self.extra -= s.overhead;
-        }
-        self.partitions_read += 1;
-        let freed = held - self.held();
-        Ok(Taken {
-            segments,
-            batches,
-            reservation: self.reservation.split(freed),
-        })
-    }
-
     /// The bytes of the largest partition a spill round could take now; 0 if none, or if
     /// spilling is failing or the buffer is closed (another buffer on the pool then spills its
     /// own rather than wait on this one).
@@ -97,12 +54,13 @@ impl State {
             });
             let cut = self.cut(partition);
             let p = &mut self.partitions[partition as usize];
-            if cut.is_err() {
-                // Only a bug gets here; leave the partition out of this round.
+            if cut.is_err() || p.batches.is_empty() {
+                // Only a bug fails a cut; an abandoned partition's cut batch was discarded.
+                // Leave the partition out of this round.
                 p.in_flight = None;
                 continue;
             }
-            debug_assert!(!p.read);
+            debug_assert!(!matches!(p.reader, Reader::Done));
             p.in_flight = Some(InFlight {
                 ticket,
                 count: p.batches.len(),
@@ -189,11 +147,12 @@ impl State {
 
     /// Adds a direct write's parts, which the spiller wrote to disk on their own, each to its
     /// partition after whatever it holds now: all of them, or none if a partition can no
-    /// longer be written (the segments are then handed back to be dropped after unlock).
+    /// longer be written (the segments are then handed back to be dropped after unlock). A
+    /// part for a partition whose subscription was dropped is discarded (handed back too).
     pub(crate) fn land_direct(
         &mut self,
         parts: Vec<LandedPart>,
-    ) -> Result<(), (Error, Vec<SegmentRef>)> {
+    ) -> Result<Vec<SegmentRef>, (Error, Vec<SegmentRef>)> {
         if let Some(e) = parts
             .iter()
             .find_map(|part| self.check_writable(part.partition).err())
@@ -202,17 +161,24 @@ impl State {
         }
         // Rows other producers wrote meanwhile are in memory and read after these segments;
         // this producer's earlier rows were spilled ahead of them by the direct write.
+        let mut discarded = Vec::new();
         for part in parts {
-            let p = &mut self.partitions[part.partition as usize];
-            p.segments.extend(part.segments);
-            p.spilled_rows += part.rows;
             self.rows_written += part.rows as u64;
             self.bytes_written += part.size as u64;
             self.bytes_spilled += part.data as u64;
+            let p = &mut self.partitions[part.partition as usize];
+            if matches!(p.reader, Reader::Abandoned) {
+                self.rows_discarded += part.rows as u64;
+                discarded.extend(part.segments);
+                continue;
+            }
+            p.segments.extend(part.segments);
+            p.spilled_rows += part.rows;
+            self.wake(part.partition);
         }
         self.batches_written += 1;
         self.direct_writes += 1;
-        Ok(())
+        Ok(discarded)
     }
 
     /// Undoes a failed spill of `partition`: its batches simply stay in memory.

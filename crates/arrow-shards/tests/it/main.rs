@@ -36,5 +36,6 @@ mod shutdown;
 mod small_budgets;
 mod small_shards;
 mod spilling;
+mod subscribe;
 mod waiting;
 mod write_all;
