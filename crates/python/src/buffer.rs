@@ -517,7 +517,31 @@ impl PyShardBuffer {
         let reader = py
             .detach(|| buffer.read(partition))
             .map_err(|e| error_to_py(py, e))?;
-        let batches = Bound::new(py, PartitionBatches::new(reader))?;
+        let batches = Bound::new(py, PartitionBatches::new(Box::new(reader)))?;
+        pyarrow(py)?
+            .getattr(intern!(py, "RecordBatchReader"))?
+            .call_method1(intern!(py, "from_batches"), (self.schema.bind(py), batches))
+    }
+
+    /// subscribe(partition)
+    /// --
+    ///
+    /// `partition` as a `pyarrow.RecordBatchReader` that yields its batches while producers
+    /// still write them (the streaming read), exactly once: claiming it makes a later `read`,
+    /// `read_batches` or `subscribe` of it raise `AlreadyReadError`. Each batch comes as soon
+    /// as it is complete (compacted or spilled); the reader waits, without the GIL, while
+    /// nothing is there, and ends once the partition is sealed or the buffer finished and
+    /// every row is handed over. Each producer's rows come in write order. Closing the buffer
+    /// ends a waiting reader with `ClosedError`; dropping the reader before its end discards
+    /// the partition's rows, those written afterwards too (counted in `metrics()`'s
+    /// `rows_discarded`).
+    fn subscribe<'py>(&self, py: Python<'py>, partition: i64) -> PyResult<Bound<'py, PyAny>> {
+        let partition = self.partition(py, partition)?;
+        let buffer = self.buffer();
+        let reader = py
+            .detach(|| buffer.subscribe_blocking(partition))
+            .map_err(|e| error_to_py(py, e))?;
+        let batches = Bound::new(py, PartitionBatches::new(Box::new(reader)))?;
         pyarrow(py)?
             .getattr(intern!(py, "RecordBatchReader"))?
             .call_method1(intern!(py, "from_batches"), (self.schema.bind(py), batches))

@@ -19,6 +19,9 @@ pub(crate) fn metrics_dict<'py>(py: Python<'py>, m: &Metrics) -> PyResult<Bound<
     d.set_item("rows_read", m.rows_read)?;
     d.set_item("partitions_read", m.partitions_read)?;
     d.set_item("write_wait", m.write_wait.as_secs_f64())?;
+    d.set_item("rows_streamed", m.rows_streamed)?;
+    d.set_item("spills_voided", m.spills_voided)?;
+    d.set_item("rows_discarded", m.rows_discarded)?;
     d.set_item("bytes_spilled", m.bytes_spilled)?;
     d.set_item("direct_writes", m.direct_writes)?;
     d.set_item("bytes_needed_to_target", m.bytes_needed_to_target)?;

@@ -1,7 +1,8 @@
-//! `read_batches`: one partition as an iterator of `pyarrow.RecordBatch`, which `ShardBuffer`
-//! wraps in a `pyarrow.RecordBatchReader`.
+//! `read_batches` and `subscribe`: one partition as an iterator of `pyarrow.RecordBatch`, which
+//! `ShardBuffer` wraps in a `pyarrow.RecordBatchReader`.
 //!
-//! Each `__next__` takes the next batch from the Rust [`PartitionReader`] without the GIL (it may
+//! Each `__next__` takes the next batch from the Rust [`PartitionReader`] (or, for a
+//! subscription, [`SubscriptionReader`], which may wait for producers) without the GIL (it may
 //! read and verify a spilled segment), so memory goes back to the pool as batches are consumed.
 //! An error (a corrupt segment) is raised as its `arrow_shards` exception; pyarrow passes a
 //! Python iterator's exception through unchanged. Nothing follows an error.
@@ -13,15 +14,21 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use arrow_shards::PartitionReader;
+use arrow_array::RecordBatch;
+use arrow_schema::ArrowError;
+#[cfg(doc)]
+use arrow_shards::{PartitionReader, SubscriptionReader};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use crate::convert::batch_to_py;
 use crate::errors::arrow_to_py;
 
+/// A partition's batches: a `PartitionReader` or a `SubscriptionReader`.
+pub(crate) type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
+
 enum Slot {
-    Ready(Box<PartitionReader>),
+    Ready(Batches),
     InUse,
     Done,
 }
@@ -33,9 +40,9 @@ pub(crate) struct PartitionBatches {
 }
 
 impl PartitionBatches {
-    pub(crate) fn new(reader: PartitionReader) -> Self {
+    pub(crate) fn new(reader: Batches) -> Self {
         Self {
-            slot: Mutex::new(Slot::Ready(Box::new(reader))),
+            slot: Mutex::new(Slot::Ready(reader)),
         }
     }
 

@@ -59,7 +59,11 @@ class Metrics(TypedDict):
     rows_read: int
     partitions_read: int
     write_wait: float
+    rows_streamed: int
+    spills_voided: int
+    rows_discarded: int
     bytes_spilled: int
+    direct_writes: int
     bytes_needed_to_target: int
     bytes_on_disk: int
     bytes_written_to_disk: int
@@ -149,6 +153,8 @@ class ShardBuffer:
         """The whole of ``partition``, exactly once."""
     def read_batches(self, partition: int) -> pyarrow.RecordBatchReader:
         """``partition`` as a streaming reader, exactly once."""
+    def subscribe(self, partition: int) -> pyarrow.RecordBatchReader:
+        """``partition``'s batches while producers still write it, exactly once."""
     def metrics(self) -> Metrics:
         """A snapshot of the buffer's counters."""
     def partition_sizes(self) -> list[PartitionSize]:
