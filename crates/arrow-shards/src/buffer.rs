@@ -226,12 +226,15 @@ impl ShardBuffer {
 
     fn metrics_of(&self, state: &State) -> Metrics {
         let counters = &self.shared.counters;
+        let budget = self.shared.config.read_budget.as_ref();
         let mut metrics = Metrics {
             pool_reserved: self.shared.pool.reserved(),
             memory_limit: self.shared.pool.limit(),
             batches_read: counters.batches_read.load(Ordering::Relaxed),
             rows_read: counters.rows_read.load(Ordering::Relaxed),
             write_wait: Duration::from_nanos(counters.write_wait_nanos.load(Ordering::Relaxed)),
+            read_wait: budget.map_or(Duration::ZERO, |b| b.waited()),
+            read_overdrafts: budget.map_or(0, |b| b.overdrafts()),
             ..self.spill_metrics()
         };
         state.fill_metrics(&mut metrics);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use arrow_shards_memory::{BoundedPool, MemoryPool, UnboundedPool};
-use arrow_shards_merge::ReadSlots;
+use arrow_shards_merge::{ReadBudget, ReadSlots};
 use arrow_shards_spill::{Compression, SpillOptions};
 
 use crate::buffer::ShardBuffer;
@@ -24,6 +24,10 @@ pub const DEFAULT_MAX_SPILL_ROUND_BYTES: usize = 64 << 20;
 pub const DEFAULT_SPILL_SEGMENT_BYTES: usize = 4 << 20;
 /// Default rows per batch handed out by readers.
 pub const DEFAULT_READ_BATCH_ROWS: usize = 8192;
+/// Default [`ShardBufferBuilder::with_read_stall_timeout`]: a reader waiting for memory fails
+/// after a minute in which the pool released nothing.
+pub const DEFAULT_READ_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Default most spilled-segment reads that the buffer's [`PartitionStream`](crate::PartitionStream)s
 /// run at once, together: twice the machine's cores (`std::thread::available_parallelism`),
 /// at least 4.
@@ -53,6 +57,7 @@ pub struct ShardBufferBuilder {
     write_timeout: Option<Duration>,
     read_batch_rows: Option<usize>,
     concurrent_reads: usize,
+    read_stall_timeout: Option<Duration>,
     spill_enabled: bool,
     spill_dir: Option<PathBuf>,
     sweep_on_build: bool,
@@ -92,6 +97,7 @@ impl ShardBufferBuilder {
             write_timeout: None,
             read_batch_rows: Some(DEFAULT_READ_BATCH_ROWS),
             concurrent_reads: default_max_concurrent_reads(),
+            read_stall_timeout: Some(DEFAULT_READ_STALL_TIMEOUT),
             spill_enabled: true,
             spill_dir: None,
             sweep_on_build: true,
@@ -189,6 +195,21 @@ impl ShardBufferBuilder {
     /// Default: [`default_max_concurrent_reads`] (twice the cores, at least 4).
     pub fn with_max_concurrent_reads(mut self, reads: usize) -> Self {
         self.concurrent_reads = reads;
+        self
+    }
+
+    /// How readers get memory for a spilled segment: with a timeout (the default), the read a
+    /// reader needs waits for room in the pool instead of forcing it past the limit, and one
+    /// reader at a time may overdraw by one segment so that reading always goes on (the
+    /// buffer-wide [`ReadBudget`](arrow_shards_merge::ReadBudget), shared by every reader of
+    /// this buffer, streaming or not; see `docs/memory-accounting.md`). A wait in which the pool
+    /// releases nothing for `timeout` fails the read with `ReadStalled`. `None`: every reader
+    /// reserves the segment it needs with a forced grow (each reader at once may then pass the
+    /// limit by a segment).
+    ///
+    /// Default: `Some(`[`DEFAULT_READ_STALL_TIMEOUT`]`)` (60 s).
+    pub fn with_read_stall_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.read_stall_timeout = timeout;
         self
     }
 
@@ -332,6 +353,7 @@ impl ShardBufferBuilder {
             write_timeout: self.write_timeout,
             read_batch_rows: self.read_batch_rows,
             read_slots: (self.concurrent_reads > 0).then(|| ReadSlots::new(self.concurrent_reads)),
+            read_budget: self.read_stall_timeout.map(ReadBudget::new),
             compact,
         };
         let spill = match (self.spill_enabled, pool.limit()) {

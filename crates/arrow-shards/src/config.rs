@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use arrow_shards_merge::ReadSlots;
+use arrow_shards_merge::{ReadBudget, ReadSlots};
 use arrow_shards_spill::SpillOptions;
 
 use crate::compact::CompactConfig;
@@ -16,6 +16,8 @@ pub(crate) struct Config {
     pub(crate) read_batch_rows: Option<usize>,
     /// Shared by every reader's stream; `None`: reads unbounded.
     pub(crate) read_slots: Option<ReadSlots>,
+    /// Shared by every reader; `None`: forced grows.
+    pub(crate) read_budget: Option<ReadBudget>,
     pub(crate) compact: Option<CompactConfig>,
 }
 

@@ -31,6 +31,12 @@ pub struct Metrics {
     pub partitions_read: u64,
     /// Total time writers spent waiting for memory.
     pub write_wait: Duration,
+    /// Total time readers waited for memory before reading a spilled segment (the read
+    /// budget, [`with_read_stall_timeout`](crate::ShardBufferBuilder::with_read_stall_timeout)).
+    pub read_wait: Duration,
+    /// Segment reads that took the read budget's one overdraft (a forced grow past the limit,
+    /// one at a time).
+    pub read_overdrafts: u64,
     /// Rows subscriptions ([`ShardBuffer::subscribe`](crate::ShardBuffer::subscribe)) took
     /// while their partition was still open (neither sealed nor the buffer finished).
     pub rows_streamed: u64,

@@ -107,6 +107,9 @@ pub(crate) fn merger(shared: &Shared, taken: Taken) -> Merger {
     if let Some(slots) = &shared.config.read_slots {
         options = options.with_read_slots(slots.clone());
     }
+    if let Some(budget) = &shared.config.read_budget {
+        options = options.with_read_budget(budget.clone());
+    }
     Merger::new(sources, options, Arc::clone(&shared.pool))
 }
 

@@ -34,6 +34,21 @@ pub enum MergeError {
         /// The panic message or "cancelled".
         reason: String,
     },
+    /// A segment read waited for room in the pool (see [`ReadBudget`](crate::ReadBudget)) and
+    /// the pool released nothing for `stalled`: every other reader and spiller is stuck too.
+    #[error(
+        "reading a segment of {bytes} bytes waited {stalled:?} for memory with nothing released (pool: {reserved} of {limit} bytes reserved)"
+    )]
+    ReadStalled {
+        /// The segment's `memory_bytes`.
+        bytes: usize,
+        /// The pool's reserved bytes when the read gave up.
+        reserved: usize,
+        /// The pool's limit.
+        limit: usize,
+        /// The stall timeout.
+        stalled: std::time::Duration,
+    },
     /// A bug in this crate: an invariant did not hold. Please report it.
     #[error("internal error in the merge: {0}")]
     Internal(String),

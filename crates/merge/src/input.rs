@@ -15,12 +15,15 @@ use arrow_shards_memory::{AllocationSet, MemoryReservation};
 use arrow_shards_spill::{SegmentRef, conform_batch};
 
 use crate::MergeError;
+use crate::read_budget::{Overdraft, Reserved};
 
-/// A batch and the reservation to drop when it is handed over.
+/// A batch and the reservation to drop when it is handed over (with the read budget's
+/// overdraft, if the batch is the last of a segment that needed it).
 #[derive(Debug)]
 pub(crate) struct Charged {
     pub(crate) batch: RecordBatch,
     pub(crate) charge: MemoryReservation,
+    pub(crate) overdraft: Option<Overdraft>,
 }
 
 /// A queue of batches charged to one reservation.
@@ -34,6 +37,9 @@ pub(crate) struct ChargedBatches {
     /// Index of the next batch, for error messages.
     next_index: usize,
     schema: SchemaRef,
+    /// The read budget's overdraft, if this segment needed it: it goes with the last batch
+    /// (given back when that batch is handed over), or when the queue is dropped.
+    overdraft: Option<Overdraft>,
 }
 
 impl ChargedBatches {
@@ -47,20 +53,22 @@ impl ChargedBatches {
         Self::new(batches, known, reservation, Origin::Memory, schema)
     }
 
-    /// Reads and decodes one segment (blocking). `reservation` holds what was reserved before
-    /// the read (the segment's `memory_bytes`); it is adjusted to the decoded batches' real
-    /// size.
+    /// Reads and decodes one segment (blocking). `reserved` holds what was reserved before
+    /// the read (the segment's `memory_bytes`), and the overdraft if that needed it; the
+    /// reservation is adjusted to the decoded batches' real size.
     pub(crate) fn read_segment(
         segment: &SegmentRef,
         index: usize,
-        reservation: MemoryReservation,
+        reserved: Reserved,
         schema: &SchemaRef,
     ) -> Result<Self, ArrowError> {
+        let (reservation, overdraft) = reserved;
         let batches = segment
             .read()
             .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
         let origin = Origin::Segment(index, segment.clone());
         let mut decoded = Self::new(batches, None, reservation, origin, schema);
+        decoded.overdraft = overdraft;
         let real = decoded.allocations.bytes();
         let held = decoded.reservation.size();
         if real > held {
@@ -108,6 +116,7 @@ impl ChargedBatches {
             origin,
             next_index: 0,
             schema: SchemaRef::clone(schema),
+            overdraft: None,
         }
     }
 
@@ -126,11 +135,17 @@ impl ChargedBatches {
         self.next_index += 1;
         let freed = self.allocations.remove(&allocs);
         let mut charge = self.reservation.split(freed);
+        let mut overdraft = None;
         if self.batches.is_empty() {
             charge.merge(self.reservation.split(self.reservation.size()));
+            overdraft = self.overdraft.take();
         }
         match conform_batch(&self.schema, batch) {
-            Ok(batch) => Some(Ok(Charged { batch, charge })),
+            Ok(batch) => Some(Ok(Charged {
+                batch,
+                charge,
+                overdraft,
+            })),
             Err((source, _)) => Some(Err(MergeError::SchemaMismatch {
                 origin: format!("{}, batch {index}", self.origin),
                 source,

@@ -132,13 +132,21 @@ impl Iterator for Merger {
                     }
                     // Nothing is launched ahead here, so the needed segment is the next one.
                     if let Some((index, segment)) = self.state.launch_next() {
-                        let reservation = reserve_segment(&self.pool, &segment);
+                        let reserved = match self.options.read_budget() {
+                            None => (reserve_segment(&self.pool, &segment), None),
+                            Some(budget) => {
+                                match budget.reserve_blocking(&self.pool, segment.memory_bytes()) {
+                                    Ok(reserved) => reserved,
+                                    Err(e) => {
+                                        self.state.supply(Err(e.into()));
+                                        continue;
+                                    }
+                                }
+                            }
+                        };
                         let schema = self.schema();
                         self.state.supply(ChargedBatches::read_segment(
-                            &segment,
-                            index,
-                            reservation,
-                            &schema,
+                            &segment, index, reserved, &schema,
                         ));
                     } else {
                         let e = MergeError::Internal("segment needed but none left to read".into());

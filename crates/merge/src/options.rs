@@ -3,7 +3,7 @@
 /// The row count a [`Merger`](crate::Merger) aims for when it coalesces, unless told otherwise.
 pub const DEFAULT_TARGET_ROWS: usize = 8192;
 
-use crate::ReadSlots;
+use crate::{ReadBudget, ReadSlots};
 
 /// Options for a [`Merger`](crate::Merger): output batch size, read-ahead depth and the slots
 /// that bound concurrent segment reads.
@@ -25,6 +25,7 @@ pub struct MergeOptions {
     target_rows: Option<usize>,
     read_ahead: usize,
     read_slots: Option<ReadSlots>,
+    read_budget: Option<ReadBudget>,
 }
 
 impl Default for MergeOptions {
@@ -33,6 +34,7 @@ impl Default for MergeOptions {
             target_rows: Some(DEFAULT_TARGET_ROWS),
             read_ahead: 1,
             read_slots: None,
+            read_budget: None,
         }
     }
 }
@@ -84,6 +86,22 @@ impl MergeOptions {
     pub fn with_read_slots(mut self, slots: ReadSlots) -> Self {
         self.read_slots = Some(slots);
         self
+    }
+
+    /// Makes the segment read a merge needs wait for room in the pool (or take the budget's
+    /// one overdraft) instead of forcing a grow, and reads ahead only within the limit; see
+    /// [`ReadBudget`]. Share one budget among the readers that share a pool.
+    ///
+    /// Default: none (the read a merge needs is reserved with a forced grow; see
+    /// [`Merger`](crate::Merger)'s memory section).
+    pub fn with_read_budget(mut self, budget: ReadBudget) -> Self {
+        self.read_budget = Some(budget);
+        self
+    }
+
+    /// The budget reads wait on, if any.
+    pub fn read_budget(&self) -> Option<&ReadBudget> {
+        self.read_budget.as_ref()
     }
 
     /// The target output row count, or `None` for pass-through.

@@ -9,6 +9,7 @@ use arrow_shards_memory::MemoryReservation;
 
 use crate::coalescer::Coalescer;
 use crate::input::Charged;
+use crate::read_budget::Overdraft;
 
 /// Batches on their way out, in order.
 #[derive(Debug)]
@@ -23,8 +24,9 @@ struct Coalescing {
     coalescer: Coalescer,
     target: usize,
     /// Charges of batches pushed into the coalescer, with the running row count at their last
-    /// row: a charge is released once that many coalesced rows have been handed over.
-    staged: VecDeque<(u64, MemoryReservation)>,
+    /// row: a charge (and an overdraft with it) is released once that many coalesced rows have
+    /// been handed over.
+    staged: VecDeque<(u64, MemoryReservation, Option<Overdraft>)>,
     pushed_rows: u64,
     emitted_rows: u64,
 }
@@ -81,7 +83,8 @@ impl Output {
             return Ok(());
         }
         c.pushed_rows += rows as u64;
-        c.staged.push_back((c.pushed_rows, input.charge));
+        c.staged
+            .push_back((c.pushed_rows, input.charge, input.overdraft));
         c.coalescer.push_batch(input.batch)?;
         c.drain(&mut self.ready);
         Ok(())
@@ -115,8 +118,12 @@ impl Output {
     /// The next batch to hand over; releases the charges it completes.
     pub(crate) fn pop(&mut self) -> Option<RecordBatch> {
         match self.ready.pop_front()? {
-            Ready::Whole(Charged { batch, charge }) => {
-                drop(charge);
+            Ready::Whole(Charged {
+                batch,
+                charge,
+                overdraft,
+            }) => {
+                drop((charge, overdraft));
                 Some(batch)
             }
             Ready::Coalesced(batch) => {
@@ -125,7 +132,7 @@ impl Output {
                     while c
                         .staged
                         .front()
-                        .is_some_and(|(end, _)| *end <= c.emitted_rows)
+                        .is_some_and(|(end, _, _)| *end <= c.emitted_rows)
                     {
                         c.staged.pop_front();
                     }
@@ -164,7 +171,11 @@ mod tests {
         let batch = RecordBatch::try_from_iter([("v", Arc::new(values) as _)]).unwrap();
         let mut charge = MemoryReservation::new(pool);
         charge.grow(bytes);
-        Charged { batch, charge }
+        Charged {
+            batch,
+            charge,
+            overdraft: None,
+        }
     }
 
     #[test]

@@ -26,15 +26,16 @@ use std::task::{Context, Poll};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
-use arrow_shards_memory::MemoryPool;
+use arrow_shards_memory::{MemoryPool, MemoryReservation};
 use arrow_shards_spill::panic_message;
 use futures::Stream;
 use tokio::task::{JoinError, JoinHandle};
 
 use crate::budget::{fits, reserve_segment};
 use crate::input::ChargedBatches;
+use crate::read_budget::Reserved;
 use crate::state::{MergeState, Step};
-use crate::{MergeError, MergeOptions, ReadSlots};
+use crate::{MergeError, MergeOptions, ReadBudget, ReadSlots};
 
 /// The batches of a [`Merger`](crate::Merger) as a `Stream`; same order, same batches, same
 /// errors, with segments read ahead on tokio's blocking threads. Poll it inside a tokio
@@ -49,6 +50,7 @@ pub struct MergeStream {
     pool: Arc<dyn MemoryPool>,
     read_ahead: usize,
     slots: Option<ReadSlots>,
+    budget: Option<ReadBudget>,
     /// Reads in flight, oldest first.
     reads: VecDeque<Read>,
 }
@@ -69,6 +71,7 @@ impl MergeStream {
             pool,
             read_ahead: options.read_ahead(),
             slots: options.read_slots().cloned(),
+            budget: options.read_budget().cloned(),
             reads: VecDeque::new(),
         }
     }
@@ -83,17 +86,29 @@ impl MergeStream {
     /// which starts it once the merge needs it, after making room.
     fn launch(&mut self) -> Result<(), ArrowError> {
         while self.state.segments_held() < 1 + self.read_ahead {
-            match self.state.next_segment_bytes() {
-                Some(bytes) if fits(&self.pool, bytes) => self.launch_one()?,
-                _ => break,
+            let Some(bytes) = self.state.next_segment_bytes() else {
+                break;
+            };
+            if self.budget.is_some() {
+                // Within the limit or not at all: only the read the merge needs may wait.
+                let mut reservation = MemoryReservation::new(&self.pool);
+                if reservation.try_grow(bytes).is_err() {
+                    break;
+                }
+                self.launch_one(Some((reservation, None)))?;
+            } else if fits(&self.pool, bytes) {
+                self.launch_one(None)?;
+            } else {
+                break;
             }
         }
         Ok(())
     }
 
     /// Starts the read of the next segment on a blocking thread (after a read slot, if the
-    /// stream has slots).
-    fn launch_one(&mut self) -> Result<(), ArrowError> {
+    /// stream has slots), with `reserved` if it was reserved already; else with a forced grow,
+    /// or, with a read budget, after waiting for room on that thread.
+    fn launch_one(&mut self, reserved: Option<Reserved>) -> Result<(), ArrowError> {
         let runtime = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime,
             Err(e) => {
@@ -106,10 +121,20 @@ impl MergeStream {
         let Some((index, segment)) = self.state.launch_next() else {
             return Ok(());
         };
-        let reservation = reserve_segment(&self.pool, &segment);
+        let reserved = match (reserved, &self.budget) {
+            (Some(reserved), _) => Ok(reserved),
+            (None, None) => Ok((reserve_segment(&self.pool, &segment), None)),
+            (None, Some(budget)) => Err((budget.clone(), Arc::clone(&self.pool))),
+        };
         let schema = self.schema();
         let (path, offset) = (segment.path().to_path_buf(), segment.offset());
-        let read = move || ChargedBatches::read_segment(&segment, index, reservation, &schema);
+        let read = move || {
+            let reserved = match reserved {
+                Ok(reserved) => reserved,
+                Err((budget, pool)) => budget.reserve_blocking(&pool, segment.memory_bytes())?,
+            };
+            ChargedBatches::read_segment(&segment, index, reserved, &schema)
+        };
         let handle = match self.slots.clone() {
             None => runtime.spawn_blocking(read),
             Some(slots) => {
@@ -176,7 +201,7 @@ impl Stream for MergeStream {
                         if this.state.make_room(&this.pool) {
                             continue;
                         }
-                        if let Err(e) = this.launch_one() {
+                        if let Err(e) = this.launch_one(None) {
                             this.state.fail(e, true);
                             continue;
                         }

@@ -57,6 +57,9 @@ pub(crate) enum ReadMode {
     Coalesced,
     /// `with_read_batch_rows(0)`: batches as written.
     PassThrough,
+    /// Every partition subscribed before the first write (`ShardBuffer::subscribe`, one tokio
+    /// task each), two producer threads writing; default read batch rows.
+    Streaming,
 }
 
 /// One run of the buffer: memory only if `limit` is `None`, else spilling under `spill_root`.
@@ -93,6 +96,81 @@ pub(crate) fn run_buffer(
             }
         }
         Ok(tally)
+    })?;
+    let (metrics, close_secs) = timed(|| Ok(buffer.close()?))?;
+    tally.check(input)?;
+    Ok(Run {
+        write_secs,
+        read_secs,
+        close_secs,
+        bytes_spilled: metrics.bytes_spilled,
+        disk_bytes: metrics.bytes_written_to_disk,
+        files: metrics.spill_files,
+        peak_reserved: metrics.peak_reserved as u64,
+        write_wait_secs: metrics.write_wait.as_secs_f64(),
+        spill_secs: metrics.spill_time.as_secs_f64(),
+        peak_rss: 0,
+    })
+}
+
+/// One run of the buffer with every partition streamed while two producers write (the
+/// input's chunks or shards split between them, alternately): memory only if `limit` is
+/// `None`. `write_secs` is until `finish`; `read_secs` until the last reader ends after it.
+pub(crate) fn run_streaming(input: &Input, limit: Option<usize>, spill_root: &Path) -> Result<Run> {
+    use futures::StreamExt;
+
+    let mut builder = ShardBuffer::builder(input.schema.clone(), input.partitions);
+    if let Some(limit) = limit {
+        builder = builder.with_memory_limit(limit).with_spill_dir(spill_root);
+    }
+    let buffer = builder.build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let started = Instant::now();
+    let readers = (0..input.partitions)
+        .map(|p| {
+            let mut stream = buffer.subscribe(p)?;
+            Ok(runtime.spawn(async move {
+                let mut tally = Tally::default();
+                while let Some(batch) = stream.next().await {
+                    tally.add(&batch?);
+                }
+                Ok::<_, arrow_schema::ArrowError>(tally)
+            }))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let shards: Vec<_> = input.shards().collect();
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let (buffer, shards) = (&buffer, &shards);
+                s.spawn(move || -> Result<()> {
+                    for (partition, shard) in shards.iter().skip(w).step_by(2) {
+                        buffer.write_blocking(*partition, (*shard).clone())?;
+                    }
+                    for (chunk, ids) in input.whole.iter().skip(w).step_by(2) {
+                        buffer.write_partitioned_blocking(chunk.clone(), ids)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .try_for_each(|w| w.join().map_err(|_| "a producer panicked")?)
+    })?;
+    buffer.finish()?;
+    let write_secs = started.elapsed().as_secs_f64();
+    let (tally, read_secs) = timed(|| {
+        let mut all = Tally::default();
+        for reader in readers {
+            let tally = runtime.block_on(reader)??;
+            all.rows += tally.rows;
+            all.keys += tally.keys;
+        }
+        Ok(all)
     })?;
     let (metrics, close_secs) = timed(|| Ok(buffer.close()?))?;
     tally.check(input)?;

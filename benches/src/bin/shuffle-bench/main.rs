@@ -84,6 +84,11 @@ struct Args {
     /// --cases memory,limit10` this is the small-shard matrix of `docs/benchmarks.md`.
     #[arg(long)]
     scatter: bool,
+    /// How the buffer cases read: `coalesced` and `pass-through` read every partition after
+    /// the last write; `streaming` subscribes to every partition before the first write, one
+    /// tokio task per partition, while two producer threads write (the streaming-reads issue).
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [ReadMode::Coalesced, ReadMode::PassThrough])]
+    reads: Vec<ReadMode>,
     /// Internal: run one job (JSON) and print its result as one JSON line.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -101,6 +106,8 @@ pub(crate) enum CaseKind {
     Limit50,
     /// Memory limit of 10% of the data's in-memory size.
     Limit10,
+    /// A memory limit of 256 MiB.
+    Limit256,
     /// One eager IPC stream file per partition.
     EagerDisk,
     /// A fixed memory limit (the scaling series).
@@ -123,22 +130,27 @@ impl CaseKind {
             CaseKind::Memory => "memory only",
             CaseKind::Limit50 => "limit 50%",
             CaseKind::Limit10 => "limit 10%",
+            CaseKind::Limit256 => "limit 256 MiB",
             CaseKind::EagerDisk => "eager disk",
             CaseKind::Fixed => "fixed limit",
         }
     }
 
-    fn reads(self) -> &'static [Option<ReadMode>] {
+    fn reads(self, reads: &[ReadMode]) -> Vec<Option<ReadMode>> {
         match self {
-            CaseKind::References | CaseKind::EagerDisk => &[None],
-            _ => &[Some(ReadMode::Coalesced), Some(ReadMode::PassThrough)],
+            CaseKind::References | CaseKind::EagerDisk => vec![None],
+            _ => reads.iter().copied().map(Some).collect(),
         }
     }
 
     fn spills(self) -> bool {
         matches!(
             self,
-            CaseKind::Limit50 | CaseKind::Limit10 | CaseKind::EagerDisk | CaseKind::Fixed
+            CaseKind::Limit50
+                | CaseKind::Limit10
+                | CaseKind::Limit256
+                | CaseKind::EagerDisk
+                | CaseKind::Fixed
         )
     }
 }
@@ -229,7 +241,7 @@ fn jobs(args: &Args) -> Vec<Job> {
     let mut jobs = Vec::new();
     for &partitions in &args.partitions {
         for &case in &args.cases {
-            for &read in case.reads() {
+            for read in case.reads(&args.reads) {
                 jobs.push(Job {
                     case,
                     partitions,
@@ -326,6 +338,7 @@ fn run_job(args: &Args, job: &Job) -> Result<JobResult> {
         CaseKind::Limit50 => Some(input.bytes as usize / 2),
         CaseKind::Limit10 => Some(input.bytes as usize / 10),
         CaseKind::Fixed => job.fixed_limit,
+        CaseKind::Limit256 => Some(256 << 20),
         _ => None,
     };
     let root = spill_root(args);
@@ -341,7 +354,10 @@ fn run_job(args: &Args, job: &Job) -> Result<JobResult> {
             CaseKind::EagerDisk => runs.push(cases::run_eager_disk(&input, &root)?),
             _ => {
                 let read = job.read.unwrap_or(ReadMode::Coalesced);
-                runs.push(cases::run_buffer(&input, limit, read, &root)?);
+                runs.push(match read {
+                    ReadMode::Streaming => cases::run_streaming(&input, limit, &root)?,
+                    _ => cases::run_buffer(&input, limit, read, &root)?,
+                });
             }
         }
         if let Some(run) = runs.last_mut() {

@@ -119,6 +119,7 @@ pub(crate) fn read_name(read: ReadMode) -> &'static str {
     match read {
         ReadMode::Coalesced => "coalesced",
         ReadMode::PassThrough => "pass-through",
+        ReadMode::Streaming => "streaming",
     }
 }
 

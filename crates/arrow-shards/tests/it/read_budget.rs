@@ -223,3 +223,98 @@ fn partitions_streamed_at_once_through_one_read_slot_come_back_whole() {
         assert_eq!(pool.reserved(), 0);
     }
 }
+
+/// With the read budget (the default), every partition read at once, each by its own thread,
+/// takes the pool past its limit by at most one segment (the one overdraft) plus what decoding
+/// adds over a segment's `memory_bytes`, not one segment per reader; every row comes back.
+#[test]
+fn readers_at_once_share_one_overdraft() {
+    let Filled {
+        buffer,
+        segment,
+        expected,
+        _root,
+    } = filled();
+    let pool = Arc::clone(buffer.memory_pool());
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..PARTITIONS)
+            .map(|p| {
+                let reader = buffer.read(p).unwrap();
+                s.spawn(move || reader.flat_map(|b| ids(&b.unwrap())).collect::<Vec<_>>())
+            })
+            .collect();
+        for (p, reader) in readers.into_iter().enumerate() {
+            assert_eq!(reader.join().unwrap(), expected[p], "partition {p}");
+        }
+    });
+    // Decoded batches may exceed their `memory_bytes` a little (each reader's own segment).
+    assert_within(&pool, 2, segment, "readers at once, with the budget");
+    buffer.close().unwrap();
+    assert_eq!(pool.reserved(), 0);
+}
+
+/// A reader that needs a segment while the pool is full and another reader holds the overdraft
+/// (its consumer stopped in the middle of a segment) waits, then fails with `ReadStalled`,
+/// naming the sizes, instead of hanging or passing the limit; the first reader then goes on to
+/// the end.
+#[test]
+fn a_stalled_read_ends_in_an_error() {
+    const BIG: usize = 4 << 20;
+    let root = tempfile::tempdir().unwrap();
+    let pool: Arc<dyn MemoryPool> = Arc::new(arrow_shards::BoundedPool::new(BIG));
+    let buffer = ShardBuffer::builder(batch(0, 1).schema(), 2)
+        .with_memory_pool(Arc::clone(&pool))
+        .with_spill_dir(root.path())
+        .with_compact_target_rows(0)
+        .with_read_batch_rows(0)
+        .with_read_stall_timeout(Some(std::time::Duration::from_millis(200)))
+        .build()
+        .unwrap();
+    // Batches of 10,000 rows (~420 KB) stay whole in segments (the spill writer coalesces
+    // only batches under 8192 rows), several to a segment.
+    for i in 0..40 {
+        buffer
+            .write_blocking(i % 2, batch(i64::from(i) * 10_000, 10_000))
+            .unwrap();
+    }
+    buffer.finish().unwrap();
+    buffer.wait_for_spills();
+    let sizes = buffer.partition_sizes();
+    assert!(
+        sizes
+            .iter()
+            .all(|s| s.segments > 0 && s.spilled_rows > s.segments * 10_000),
+        "{sizes:?}"
+    );
+    // Someone else fills the pool.
+    let mut other = arrow_shards::MemoryReservation::new(&pool);
+    other.grow(BIG.saturating_sub(pool.reserved()));
+    let mut first = buffer.read(0).unwrap();
+    // Its first segment needs the overdraft, and keeps it until its last batch is handed over.
+    first.next().unwrap().unwrap();
+    assert_eq!(buffer.metrics().read_overdrafts, 1);
+    let mut second = buffer.read(1).unwrap();
+    let error = second.next().unwrap().unwrap_err();
+    let stalled = match &error {
+        arrow_schema::ArrowError::ExternalError(e) => {
+            e.downcast_ref::<arrow_shards_merge::MergeError>()
+        }
+        _ => None,
+    };
+    assert!(
+        matches!(
+            stalled,
+            Some(arrow_shards_merge::MergeError::ReadStalled { .. })
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("waited"), "{error}");
+    assert!(second.next().is_none(), "nothing follows an error");
+    // The first reader goes on to the end, one overdraft after the other.
+    let rest: usize = first.map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(rest + 10_000, 20 * 10_000);
+    drop(other);
+    assert!(buffer.metrics().read_wait > std::time::Duration::ZERO);
+    buffer.close().unwrap();
+    assert_eq!(pool.reserved(), 0);
+}

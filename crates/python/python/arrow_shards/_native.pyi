@@ -59,6 +59,8 @@ class Metrics(TypedDict):
     rows_read: int
     partitions_read: int
     write_wait: float
+    read_wait: float
+    read_overdrafts: int
     rows_streamed: int
     spills_voided: int
     rows_discarded: int
