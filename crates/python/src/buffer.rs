@@ -26,7 +26,7 @@ use crate::errors::{Reason, Refused, arrow_to_py, config_to_py, error_to_py, rai
 use crate::metrics::{metrics_dict, partition_size_dict};
 use crate::options::Settings;
 use crate::pool::PyMemoryPool;
-use crate::reader::PartitionBatches;
+use crate::reader::{Batches, PartitionBatches};
 
 /// A memory-budgeted shuffle buffer of Arrow record batches, each written to one of
 /// `num_partitions` output partitions and read back exactly once, in write order.
@@ -517,10 +517,7 @@ impl PyShardBuffer {
         let reader = py
             .detach(|| buffer.read(partition))
             .map_err(|e| error_to_py(py, e))?;
-        let batches = Bound::new(py, PartitionBatches::new(Box::new(reader)))?;
-        pyarrow(py)?
-            .getattr(intern!(py, "RecordBatchReader"))?
-            .call_method1(intern!(py, "from_batches"), (self.schema.bind(py), batches))
+        self.batch_reader(py, Box::new(reader))
     }
 
     /// subscribe(partition)
@@ -541,10 +538,7 @@ impl PyShardBuffer {
         let reader = py
             .detach(|| buffer.subscribe_blocking(partition))
             .map_err(|e| error_to_py(py, e))?;
-        let batches = Bound::new(py, PartitionBatches::new(Box::new(reader)))?;
-        pyarrow(py)?
-            .getattr(intern!(py, "RecordBatchReader"))?
-            .call_method1(intern!(py, "from_batches"), (self.schema.bind(py), batches))
+        self.batch_reader(py, Box::new(reader))
     }
 
     /// metrics()
@@ -643,5 +637,15 @@ impl Drop for PyShardBuffer {
             // directory goes with the last reader.
             Python::attach(|py| py.detach(|| drop(buffer)));
         }
+    }
+}
+
+impl PyShardBuffer {
+    /// `batches` as a `pyarrow.RecordBatchReader` of the buffer's schema.
+    fn batch_reader<'py>(&self, py: Python<'py>, batches: Batches) -> PyResult<Bound<'py, PyAny>> {
+        let batches = Bound::new(py, PartitionBatches::new(batches))?;
+        pyarrow(py)?
+            .getattr(intern!(py, "RecordBatchReader"))?
+            .call_method1(intern!(py, "from_batches"), (self.schema.bind(py), batches))
     }
 }

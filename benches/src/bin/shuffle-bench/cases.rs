@@ -44,6 +44,27 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// A buffer run's figures: its times and its final metrics.
+    fn of(
+        metrics: &arrow_shards::Metrics,
+        write_secs: f64,
+        read_secs: f64,
+        close_secs: f64,
+    ) -> Self {
+        Run {
+            write_secs,
+            read_secs,
+            close_secs,
+            bytes_spilled: metrics.bytes_spilled,
+            disk_bytes: metrics.bytes_written_to_disk,
+            files: metrics.spill_files,
+            peak_reserved: metrics.peak_reserved as u64,
+            write_wait_secs: metrics.write_wait.as_secs_f64(),
+            spill_secs: metrics.spill_time.as_secs_f64(),
+            peak_rss: 0,
+        }
+    }
+
     pub(crate) fn total_secs(&self) -> f64 {
         self.write_secs + self.read_secs + self.close_secs
     }
@@ -99,18 +120,7 @@ pub(crate) fn run_buffer(
     })?;
     let (metrics, close_secs) = timed(|| Ok(buffer.close()?))?;
     tally.check(input)?;
-    Ok(Run {
-        write_secs,
-        read_secs,
-        close_secs,
-        bytes_spilled: metrics.bytes_spilled,
-        disk_bytes: metrics.bytes_written_to_disk,
-        files: metrics.spill_files,
-        peak_reserved: metrics.peak_reserved as u64,
-        write_wait_secs: metrics.write_wait.as_secs_f64(),
-        spill_secs: metrics.spill_time.as_secs_f64(),
-        peak_rss: 0,
-    })
+    Ok(Run::of(&metrics, write_secs, read_secs, close_secs))
 }
 
 /// One run of the buffer with every partition streamed while two producers write (the
@@ -174,18 +184,7 @@ pub(crate) fn run_streaming(input: &Input, limit: Option<usize>, spill_root: &Pa
     })?;
     let (metrics, close_secs) = timed(|| Ok(buffer.close()?))?;
     tally.check(input)?;
-    Ok(Run {
-        write_secs,
-        read_secs,
-        close_secs,
-        bytes_spilled: metrics.bytes_spilled,
-        disk_bytes: metrics.bytes_written_to_disk,
-        files: metrics.spill_files,
-        peak_reserved: metrics.peak_reserved as u64,
-        write_wait_secs: metrics.write_wait.as_secs_f64(),
-        spill_secs: metrics.spill_time.as_secs_f64(),
-        peak_rss: 0,
-    })
+    Ok(Run::of(&metrics, write_secs, read_secs, close_secs))
 }
 
 /// The eager-disk baseline, as Dask's disk buffer does it: every shard is appended to its
