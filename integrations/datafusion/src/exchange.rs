@@ -4,9 +4,12 @@
 //! The data flow: `execute` of the first output partition starts the [`Exchange`]; one task
 //! per input partition drives its input stream and scatter-writes each batch into the
 //! buffer (`write_partitioned`, or a whole batch per partition for round robin); when the last
-//! input is done the buffer is finished and `done` turns `Ok`. Each output stream waits for
-//! `done`, then reads its partition, exactly once. The first failing input turns `done` into
-//! its error for every output stream.
+//! input is done the buffer is finished and `done` turns `Ok`. In the streaming mode (the
+//! default) each output stream subscribes to its partition at once and yields its batches as
+//! they are written, ending when the buffer is finished; in the materializing mode it waits
+//! for `done`, then reads its partition, exactly once. The first failing input turns `done`
+//! into its error and closes the buffer, which ends every waiting subscription: each output
+//! stream then reports the input's error.
 //!
 //! Cancellation: every output stream holds the exchange; when the last one is dropped (read to
 //! its end, or cancelled) the exchange is dropped, which aborts the input tasks and closes the
@@ -21,15 +24,18 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow_shards::{PartitionStream, ShardBuffer};
+use arrow_shards::ShardBuffer;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::{Count, Time};
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
+use crate::ExchangeMode;
 use crate::errors::{to_datafusion_error, write_error};
 use crate::route::{Destination, Route};
 
@@ -93,13 +99,17 @@ impl Exchange {
             tasks.spawn(async move {
                 match feed.run(partition).await {
                     Err(error) => {
-                        done_tx.send_if_modified(|outcome| {
+                        let first = done_tx.send_if_modified(|outcome| {
                             let first = outcome.is_none();
                             if first {
                                 *outcome = Some(Err(Arc::new(error)));
                             }
                             first
                         });
+                        if first {
+                            // Ends every waiting subscription; each reports the error in `done`.
+                            let _ = buffer.close_async().await;
+                        }
                     }
                     Ok(()) if remaining.fetch_sub(1, Ordering::AcqRel) == 1 => {
                         buffer.spills_done().await;
@@ -118,8 +128,32 @@ impl Exchange {
         })
     }
 
-    /// Waits for every input, then takes `partition` for reading.
-    pub(crate) async fn read(&self, partition: u32) -> Result<PartitionStream> {
+    /// `partition`'s batches: subscribed to at once (streaming), or read once every input is
+    /// done (materializing).
+    pub(crate) async fn read(
+        &self,
+        partition: u32,
+        mode: ExchangeMode,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        if mode == ExchangeMode::Streaming {
+            if let Some(Err(error)) = &*self.done.borrow() {
+                return Err(DataFusionError::Shared(Arc::clone(error)));
+            }
+            let subscription = self
+                .buffer
+                .subscribe(partition)
+                .map_err(|e| self.input_error().unwrap_or_else(|| to_datafusion_error(e)))?;
+            let done = self.done.clone();
+            return Ok(subscription
+                .map(move |batch| {
+                    batch.map_err(|e| match &*done.borrow() {
+                        // The buffer was closed for an input's error: report that error.
+                        Some(Err(error)) => DataFusionError::Shared(Arc::clone(error)),
+                        _ => DataFusionError::from(e),
+                    })
+                })
+                .boxed());
+        }
         let mut done = self.done.clone();
         let outcome = done
             .wait_for(Option::is_some)
@@ -131,11 +165,23 @@ impl Exchange {
                 .buffer
                 .read(partition)
                 .map_err(to_datafusion_error)?
-                .into_stream()),
+                .into_stream()
+                .map(|batch| batch.map_err(DataFusionError::from))
+                .boxed()),
             Some(Err(error)) => Err(DataFusionError::Shared(error)),
             None => Err(DataFusionError::Internal(
                 "ShardRepartitionExec: no outcome".into(),
             )),
+        }
+    }
+}
+
+impl Exchange {
+    /// The first input's error, if an input failed.
+    fn input_error(&self) -> Option<DataFusionError> {
+        match &*self.done.borrow() {
+            Some(Err(error)) => Some(DataFusionError::Shared(Arc::clone(error))),
+            _ => None,
         }
     }
 }

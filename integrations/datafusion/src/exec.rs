@@ -294,12 +294,13 @@ impl ExecutionPlan for ShardRepartitionExec {
     ) -> Result<SendableRecordBatchStream> {
         let exchange = self.exchange_for(partition, &context)?;
         let partition = partition as u32;
+        let mode = self.options.mode;
         let stream = futures::stream::once(async move {
-            let batches = exchange.read(partition).await?;
+            let batches = exchange.read(partition, mode).await?;
             // the stream keeps the exchange (and so the run) alive until it is dropped
             Ok::<_, DataFusionError>(batches.map(move |batch| {
                 let _keep = &exchange;
-                batch.map_err(DataFusionError::from)
+                batch
             }))
         })
         .try_flatten();

@@ -52,6 +52,6 @@ mod rule;
 
 pub use errors::to_datafusion_error;
 pub use exec::ShardRepartitionExec;
-pub use options::ShardRepartitionOptions;
+pub use options::{ExchangeMode, ShardRepartitionOptions};
 pub use pool::SessionPool;
 pub use rule::{ShardRepartitionRule, with_shard_repartition};

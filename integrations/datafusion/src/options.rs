@@ -33,6 +33,24 @@ pub struct ShardRepartitionOptions {
     /// read takes its own blocking thread and allocator arena (docs/datafusion.md). `0`: no
     /// bound.
     pub max_concurrent_reads: usize,
+    /// When output partitions get their rows (default [`ExchangeMode::Streaming`]).
+    pub mode: ExchangeMode,
+}
+
+/// When an exchange's output partitions get their rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ExchangeMode {
+    /// Each output stream subscribes to its partition when it is first polled and yields
+    /// batches as the inputs write them (the buffer's streaming read): inputs never wait for
+    /// outputs, only for memory, and a slow or idle output costs spill, never a deadlock. An
+    /// output dropped early (a `LIMIT` above it) abandons its partition: the rows written to it
+    /// afterwards are discarded and the other outputs go on.
+    #[default]
+    Streaming,
+    /// Every output waits until every input is done, then reads its partition: a barrier,
+    /// for stage boundaries.
+    Materialize,
 }
 
 impl Default for ShardRepartitionOptions {
@@ -41,6 +59,7 @@ impl Default for ShardRepartitionOptions {
             min_output_partitions: 1,
             write_timeout: Some(Duration::from_secs(60)),
             max_concurrent_reads: arrow_shards::default_max_concurrent_reads(),
+            mode: ExchangeMode::default(),
         }
     }
 }
@@ -55,6 +74,12 @@ impl ShardRepartitionOptions {
     /// Sets [`write_timeout`](Self::write_timeout).
     pub fn with_write_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.write_timeout = timeout;
+        self
+    }
+
+    /// Sets [`mode`](Self::mode).
+    pub fn with_mode(mut self, mode: ExchangeMode) -> Self {
+        self.mode = mode;
         self
     }
 

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use arrow_shards_datafusion::ShardRepartitionExec;
+use arrow_shards_datafusion::{ExchangeMode, ShardRepartitionExec, ShardRepartitionOptions};
 use datafusion::arrow::array::{Array, Int64Array, RecordBatch};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
@@ -166,7 +166,10 @@ impl Limited {
         let root = tempfile::tempdir().unwrap();
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(LIMIT));
         let ctx = context(Arc::clone(&pool), root.path());
-        let exec = ShardRepartitionExec::try_new(Arc::clone(input), hash_on_orderkey(input));
+        // Materializing: the tests below read one batch once every input is done.
+        let options = ShardRepartitionOptions::default().with_mode(ExchangeMode::Materialize);
+        let exec =
+            ShardRepartitionExec::try_new_with(Arc::clone(input), hash_on_orderkey(input), options);
         let ours = Arc::new(exec.unwrap());
         Self {
             root,

@@ -23,10 +23,18 @@ const LIMIT: usize = 10 << 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_queries_give_the_same_rows_with_the_rule_on_and_off() {
     let off = Setup::rule(false).context();
-    let on = Setup::rule(true).context();
-    for (query, sql) in QUERIES {
+    let streaming = Setup::rule(true).context();
+    let materializing = Setup {
+        materialize: true,
+        ..Setup::rule(true)
+    }
+    .context();
+    for ((query, sql), on) in QUERIES
+        .iter()
+        .flat_map(|q| [(q, &streaming), (q, &materializing)])
+    {
         let (plan_off, rows_off) = run(&off, sql).await;
-        let (plan_on, rows_on) = run(&on, sql).await;
+        let (plan_on, rows_on) = run(on, sql).await;
         assert!(
             plan_off.contains("RepartitionExec"),
             "q{query} repartitions:\n{plan_off}"

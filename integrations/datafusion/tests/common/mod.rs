@@ -32,6 +32,8 @@ pub struct Setup {
     pub spill_root: Option<PathBuf>,
     /// Target partitions (4 if 0).
     pub partitions: usize,
+    /// Materializing exchanges instead of streaming ones (the default).
+    pub materialize: bool,
 }
 
 impl Setup {
@@ -75,7 +77,11 @@ impl Setup {
             .with_runtime_env(runtime.build_arc().expect("runtime"))
             .with_default_features();
         if self.rule {
-            state = with_shard_repartition(state, ShardRepartitionOptions::default());
+            let mut options = ShardRepartitionOptions::default();
+            if self.materialize {
+                options = options.with_mode(arrow_shards_datafusion::ExchangeMode::Materialize);
+            }
+            state = with_shard_repartition(state, options);
         }
         let ctx = SessionContext::new_with_state(state.build());
         for (name, parts) in tables(SCALE_FACTOR, partitions as i32) {
