@@ -8,7 +8,8 @@ Builds integrations/datafusion's `repartition_bench` example (release, feature
 cases reversed every other round), each run its own process. A case: output partitions N, the
 session's memory pool (none, or a 256 MiB FairSpillPool / GreedyMemoryPool), how the outputs
 are driven (`all` at once, or `sequential`: one after another, as a next stage reads them) and
-the exchange. Prints every run's JSON line, then one table of medians (time, peak RSS, spilled
+the exchange (DataFusion's, ours streaming (the default), ours with the barrier
+(`ExchangeMode::Materialize`)). Prints every run's JSON line, then one table of medians (time, peak RSS, spilled
 bytes) with ours over DataFusion's for the same case. Nothing but the standard library.
 """
 
@@ -52,7 +53,7 @@ def main() -> None:
     todo = [
         (n, pool, drive, exchange)
         for (n, pool, drive) in cases([int(p) for p in args.partitions.split(",")])
-        for exchange in ("datafusion", "shards")
+        for exchange in ("datafusion", "shards", "shards-barrier")
     ]
     results: dict[tuple, list[dict]] = {c: [] for c in todo}
     for round_ in range(args.runs):
@@ -84,7 +85,7 @@ def main() -> None:
         rss = statistics.median(r["peak_rss"] for r in ok) / 2**20
         spilled = statistics.median(r["spilled_bytes"] for r in ok) / 2**20
         ratio = ""
-        if exchange == "shards":
+        if exchange.startswith("shards"):
             theirs = [r for r in results[(n, pool, drive, "datafusion")] if "error" not in r]
             if theirs:
                 ratio = f"{t / statistics.median(r['seconds'] for r in theirs):.2f}x"

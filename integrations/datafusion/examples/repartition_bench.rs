@@ -9,8 +9,9 @@
 //!     FILE.parquet --exchange shards --partitions 1024 --pool fair:256 --drive all
 //! ```
 //!
-//! - `--exchange datafusion|shards|none` (`none`: the scan alone, its 2 partitions counted: the
-//!   plan's own baseline)
+//! - `--exchange datafusion|shards|shards-barrier|none` (`shards`: streaming, the default
+//!   mode; `shards-barrier`: `ExchangeMode::Materialize`; `none`: the scan alone, its 2
+//!   partitions counted: the plan's own baseline)
 //! - `--pool none|fair:MiB|greedy:MiB`: the session's memory pool
 //! - `--drive all|sequential`: every output partition polled at once (one task each), or read
 //!   one after another to its end, as a distributed engine's next stage reads them
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use arrow_shards_datafusion::{ShardRepartitionExec, ShardRepartitionOptions};
+use arrow_shards_datafusion::{ExchangeMode, ShardRepartitionExec, ShardRepartitionOptions};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{
     FairSpillPool, GreedyMemoryPool, MemoryPool, TrackConsumersPool,
@@ -134,8 +135,11 @@ async fn main() -> Result<()> {
     let hash = Partitioning::Hash(vec![col(&args.key, &scan.schema())?], args.partitions);
     let plan: Arc<dyn ExecutionPlan> = match args.exchange.as_str() {
         "datafusion" => Arc::new(RepartitionExec::try_new(scan, hash)?),
-        "shards" => {
+        "shards" | "shards-barrier" => {
             let mut options = ShardRepartitionOptions::default();
+            if args.exchange == "shards-barrier" {
+                options = options.with_mode(ExchangeMode::Materialize);
+            }
             if let Some(reads) = args.reads {
                 options = options.with_max_concurrent_reads(reads);
             }
@@ -144,7 +148,7 @@ async fn main() -> Result<()> {
         "none" => scan,
         other => {
             return Err(DataFusionError::Configuration(format!(
-                "--exchange {other}: datafusion, shards or none"
+                "--exchange {other}: datafusion, shards (streaming), shards-barrier or none"
             )));
         }
     };
