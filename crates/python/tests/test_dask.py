@@ -131,6 +131,27 @@ def test_every_output_partition_equals_dasks_own_exactly(client, plugin, operati
         assert any(m["bytes_spilled"] > 0 for m in client.run(asd.metrics).values())
 
 
+def test_a_workers_own_shards_skip_the_comms(client, plugin, monkeypatch):
+    # the local shortcut: a worker's own rows go straight into its receive path; only peers'
+    # shards are sent
+    from arrow_shards.dask._run import ArrowShardsShuffleRun
+
+    sent = []
+    original = ArrowShardsShuffleRun.send
+
+    async def recording(self, address, shards):
+        sent.append((self.local_address, address))
+        return await original(self, address, shards)
+
+    monkeypatch.setattr(ArrowShardsShuffleRun, "send", recording)
+    plugin()
+    ddf = dd.from_pandas(frame(), npartitions=6)
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+    assert sent, "peers' shards go through the comms"
+    assert all(sender != receiver for sender, receiver in sent), sent
+
+
 def test_every_worker_spills_under_a_tiny_budget_and_cleans_up(client, plugin):
     df = frame(rows=40_000)
     ddf = dd.from_pandas(df, npartitions=8)

@@ -25,6 +25,7 @@ from distributed.shuffle._shuffle import split_by_worker  # noqa: E402
 
 from arrow_shards._native import _dask_order, _dask_split  # noqa: E402
 from arrow_shards.dask._read import ordered_table, to_pandas  # noqa: E402
+from arrow_shards.dask._receive import received_table  # noqa: E402
 from arrow_shards.dask._split import Splitter  # noqa: E402
 from dask_helpers import rich_frame  # noqa: E402
 
@@ -217,3 +218,12 @@ def test_rich_frame_has_the_listed_dtypes():
     assert isinstance(df["dec"].iloc[0], decimal.Decimal)
     assert isinstance(df["day"].dtype, pd.ArrowDtype)
     assert len(df["c"].cat.categories) > df["c"].nunique()
+
+
+def test_a_local_table_is_received_as_dask_receives_its_stream():
+    table = pa.Table.from_pandas(rich_frame(rows=300), preserve_index=True)
+    first, second = table.slice(0, 100), table.slice(100)
+    expected = buffers_to_table([(3, serialize_table(first)), (1, serialize_table(second))])
+    got = received_table([(3, serialize_table(first)), (1, second)])
+    assert got.schema.equals(expected.schema, check_metadata=True)
+    assert got.equals(expected)

@@ -21,6 +21,11 @@ And the per-byte steps around the buffer are Rust calls with the GIL released (i
 - ``_shard_partition`` (the send side): Dask's frame split by worker and written as one IPC
   stream per worker in one call (``_split.Splitter``; a frame it does not apply to, such as a
   non-integer partition column, takes Dask's own split).
+- the local shortcut (``_write_to_comm``): the split hands this worker's own rows back as a
+  ``pyarrow.Table``, which goes straight into the run's own ``_receive`` (the same
+  deduplication by input partition and the same failure handling as a peer's shard), never
+  serialised and never through the comms; the peers' shards go to Dask's comm buffer first,
+  so their transfer overlaps the local write.
 - the read of an output partition: its rows in Dask's order (stable by input partition id) as
   one contiguous table from Rust, then ``convert_shards``' own conversion to pandas
   (``_read``).
@@ -37,7 +42,6 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 from distributed.metrics import context_meter
-from distributed.shuffle._arrow import buffers_to_table
 from distributed.shuffle._exceptions import P2POutOfDiskError
 from distributed.shuffle._limiter import ResourceLimiter
 from distributed.shuffle._shuffle import DataFrameShuffleRun
@@ -45,7 +49,7 @@ from distributed.sizeof import sizeof
 
 from .._errors import AlreadyReadError, DiskFullError
 from ._read import ordered_table, to_pandas
-from ._receive import ReceiveBuffer
+from ._receive import ReceiveBuffer, received_table
 from ._split import Splitter
 
 logger = logging.getLogger("arrow_shards.dask")
@@ -73,14 +77,21 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
             return super()._shard_partition(data, partition_id, **kwargs)
         out = {
             worker: (partition_id, shard)
-            for worker, shard in self._splitter.split(data).items()
+            for worker, shard in self._splitter.split(data, local=self.local_address).items()
         }
         # Dask's own metrics of the split (DataFrameShuffleRun._shard_partition)
         context_meter.digest_metric("p2p-shards", sum(len(b) for _, b in out.values()), "bytes")
         context_meter.digest_metric("p2p-shards", len(out), "count")
         return out
 
-    async def _receive(self, data: list[tuple[int, bytes]]) -> None:
+    async def _write_to_comm(self, data: dict[str, tuple[int, Any]]) -> None:
+        local = data.pop(self.local_address, None)
+        if data:
+            await super()._write_to_comm(data)
+        if local is not None:
+            await self._receive([local])
+
+    async def _receive(self, data: list[tuple[int, Any]]) -> None:
         self.raise_if_closed()
         fresh = []
         for input_partition, shard in data:
@@ -98,8 +109,8 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
             self._exception = e  # fails the run, as in Dask's own _receive
             raise
 
-    def _write_received(self, shards: list[tuple[int, bytes]]) -> None:
-        table = buffers_to_table(shards)
+    def _write_received(self, shards: list[tuple[int, Any]]) -> None:
+        table = received_table(shards)
         del shards
         ids = pc.cast(table.column(self.column), pa.uint32())
         if self.drop_column:

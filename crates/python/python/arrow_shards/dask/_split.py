@@ -60,10 +60,11 @@ class Splitter:
         out[inside] = lookup[partitions[inside]]
         return out
 
-    def split(self, df: Any) -> dict[str, Any]:
+    def split(self, df: Any, local: str | None = None) -> dict[str, Any]:
         """Worker address -> the IPC stream (``bytes``) of its rows, as Dask's
         ``split_by_worker`` and ``serialize_table`` make them (rows also sorted by output
-        partition); workers without rows are left out."""
+        partition), or for the worker ``local`` the ``pyarrow.Table`` of its rows; workers
+        without rows are left out."""
         from dask.dataframe.dispatch import to_pyarrow_table_dispatch
 
         codes = self.codes(df[self.column].to_numpy())
@@ -74,7 +75,8 @@ class Splitter:
             return {}
         table = to_pyarrow_table_dispatch(df.assign(**{WORKER_COLUMN: codes}), preserve_index=True)
         del df
-        shards = _dask_split(table, WORKER_COLUMN, self.column, len(self.workers))
+        local_code = self.workers.index(local) if local in self.workers else None
+        shards = _dask_split(table, WORKER_COLUMN, self.column, len(self.workers), local_code)
         return {
             self.workers[code]: shard for code, shard in enumerate(shards) if shard is not None
         }
