@@ -78,7 +78,7 @@ def test_ordered_read_equals_pyarrows_sort_by(seed, layout):
     expected = table.sort_by(ID).drop_columns([ID])
     assert got.schema.equals(expected.schema, check_metadata=True)
     assert got.equals(expected)
-    assert all(got.column(i).num_chunks == 1 for i in range(got.num_columns)), "one contiguous table"
+    assert all(c.num_chunks == 1 for c in got.columns), "one contiguous table"
     # the dictionary keeps every value, unused ones included
     assert got.column("d").chunk(0).dictionary.equals(table.column("d").chunk(0).dictionary)
 

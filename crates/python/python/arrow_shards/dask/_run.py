@@ -11,10 +11,10 @@ Dask's, inherited):
 - ``_get_output_partition``: reads that one partition, memory and disk merged, exactly once,
   in the order Dask's P2P gives (stable by input partition id), converted as Dask's
   ``convert_shards`` converts it. A second read of a partition while the first read's frame is
-  still alive gets a shallow copy of that frame (a self-merge, ``df.merge(df, ...)``, has one shuffle for
-  both sides, and its ``merge_unpack`` reads each partition twice in a row; Dask's disk buffer
-  reads its files again). Only a weak reference is kept, so nothing is held past the caller's
-  own use; once the frame is gone, a further read raises ``AlreadyReadError``.
+  still alive gets a shallow copy of that frame (a self-merge, ``df.merge(df, ...)``, has one
+  shuffle for both sides, and its ``merge_unpack`` reads each partition twice in a row; Dask's
+  disk buffer reads its files again). Only a weak reference is kept, so nothing is held past
+  the caller's own use; once the frame is gone, a further read raises ``AlreadyReadError``.
 - ``close``: closes the buffer too (its spill directories are removed).
 
 And the per-byte steps around the buffer are Rust calls with the GIL released (issue #35):
@@ -80,7 +80,7 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
             for worker, shard in self._splitter.split(data, local=self.local_address).items()
         }
         # Dask's own metrics of the split (DataFrameShuffleRun._shard_partition)
-        context_meter.digest_metric("p2p-shards", sum(len(b) for _, b in out.values()), "bytes")
+        context_meter.digest_metric("p2p-shards", sum(sizeof(b) for _, b in out.values()), "bytes")
         context_meter.digest_metric("p2p-shards", len(out), "count")
         return out
 
@@ -89,6 +89,9 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
         if data:
             await super()._write_to_comm(data)
         if local is not None:
+            # awaited: the task finishes once its rows are in the buffer, and a failure fails
+            # the run (and this task) as a received shard's write does; overlapping it with
+            # the next task would need a second failure path (errors at the barrier)
             await self._receive([local])
 
     async def _receive(self, data: list[tuple[int, Any]]) -> None:
