@@ -130,9 +130,11 @@ pub(crate) fn _dask_split<'py>(
     for (part, stream) in split.parts.into_iter().zip(streams) {
         match (part, stream) {
             (_, Some(bytes)) => out.append(PyBytes::new(py, &bytes))?,
-            (Some(batch), None) => {
-                out.append(batches_to_table(py, SchemaRef::clone(&split.schema), vec![batch])?)?
-            }
+            (Some(batch), None) => out.append(batches_to_table(
+                py,
+                SchemaRef::clone(&split.schema),
+                vec![batch],
+            )?)?,
             (None, None) => out.append(py.None())?,
         }
     }

@@ -103,7 +103,9 @@ fn push_runs(runs: &mut Vec<Run>, batch: usize, ids: &[u32]) {
         let id = ids[start];
         let len = ids[start..].iter().take_while(|&&v| v == id).count();
         match runs.last_mut() {
-            Some(last) if last.batch == batch && last.id == id && last.start + last.len == start => {
+            Some(last)
+                if last.batch == batch && last.id == id && last.start + last.len == start =>
+            {
                 last.len += len;
             }
             _ => runs.push(Run {

@@ -47,7 +47,11 @@ pub(crate) fn split_by_worker(
     let mut partitions = Vec::new();
     for batch in batches {
         integers(batch.column(worker_index), worker_column, &mut workers)?;
-        integers(batch.column(partition_index), partition_column, &mut partitions)?;
+        integers(
+            batch.column(partition_index),
+            partition_column,
+            &mut partitions,
+        )?;
     }
     if u32::try_from(workers.len()).is_err() {
         return Err(Refusal::Value(format!(
@@ -139,7 +143,13 @@ fn integers(array: &dyn Array, column: &str, out: &mut Vec<i64>) -> Result<(), R
     }
     macro_rules! extend {
         ($t:ty) => {
-            out.extend(array.as_primitive::<$t>().values().iter().map(|&v| v as i64))
+            out.extend(
+                array
+                    .as_primitive::<$t>()
+                    .values()
+                    .iter()
+                    .map(|&v| v as i64),
+            )
         };
     }
     match array.data_type() {
