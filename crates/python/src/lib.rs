@@ -8,7 +8,10 @@
 //!    `options`, writes them with the GIL released (writers may wait for memory).
 //! 3. Reads come back as pyarrow objects, exported the same way: a `pyarrow.Table`, or a
 //!    `pyarrow.RecordBatchReader` over `reader`'s iterator that takes one batch at a time.
-//! 4. Refusals and failures are Python exceptions (`errors`) whose classes mirror the Rust
+//! 4. `dask`: the per-byte steps of `arrow_shards.dask`'s P2P runs (the send side's split by
+//!    worker, the ordered read of an output partition), private functions with the GIL
+//!    released.
+//! 5. Refusals and failures are Python exceptions (`errors`) whose classes mirror the Rust
 //!    error kinds; a refused write's exception hands the data back.
 //!
 //! The Python side (`python/arrow_shards/`) re-exports these classes, defines the exception
@@ -17,6 +20,7 @@
 mod bench;
 mod buffer;
 mod convert;
+mod dask;
 mod errors;
 mod metrics;
 mod options;
@@ -61,6 +65,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_SPILL_FILE_BYTES",
         arrow_shards_spill::DEFAULT_MAX_FILE_BYTES,
     )?;
+    m.add_function(wrap_pyfunction!(dask::_dask_split, m)?)?;
+    m.add_function(wrap_pyfunction!(dask::_dask_order, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_rust_write, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_rust_write_partitioned, m)?)?;
     Ok(())

@@ -3,6 +3,7 @@ comparison, and waits for conditions (bounded, no timing assertions)."""
 
 from __future__ import annotations
 
+import decimal
 import os
 import time
 from pathlib import Path
@@ -31,6 +32,26 @@ def frame(rows: int = 2_000, seed: int = 0) -> pd.DataFrame:
             "t": pd.date_range("2026-01-01", periods=rows, freq="min", tz="Europe/Paris"),
         }
     )
+
+
+def rich_frame(rows: int = 2_000, seed: int = 0) -> pd.DataFrame:
+    """``frame``'s columns with categoricals that have unused categories, and Arrow decimals
+    and dates (lineitem's types)."""
+    import pyarrow as pa
+
+    df = frame(rows, seed)
+    rng = np.random.default_rng(seed + 1)
+    df["c"] = pd.Categorical(
+        rng.choice(["a", "b", "c", "d"], rows), categories=["a", "b", "c", "d", "e", "never"]
+    )
+    cents = rng.integers(0, 10**6, rows)
+    df["dec"] = pd.array(
+        pa.array([decimal.Decimal(int(v)).scaleb(-2) for v in cents], pa.decimal128(12, 2)),
+        dtype=pd.ArrowDtype(pa.decimal128(12, 2)),
+    )
+    days = pa.array(rng.integers(8000, 11000, rows).astype("int32"), pa.int32()).cast(pa.date32())
+    df["day"] = pd.array(days, dtype=pd.ArrowDtype(pa.date32()))
+    return df
 
 
 def ddf_with_empty_partitions(df: pd.DataFrame, npartitions: int = 4) -> Any:

@@ -24,6 +24,7 @@ from dask_helpers import (  # noqa: E402
     ddf_with_empty_partitions,
     frame,
     local_directories,
+    rich_frame,
     no_active_runs,
     sorted_rows,
     spill_dirs_under,
@@ -95,6 +96,60 @@ def test_results_equal_dasks_own_p2p(client, plugin, operation):
         expected, got = expected.reset_index(), got.reset_index()
     pd.testing.assert_frame_equal(sorted_rows(got, key), sorted_rows(expected, key))
     assert list(got.dtypes) == list(expected.dtypes)
+
+
+def output_partitions(client, collection) -> list[pd.DataFrame]:
+    """Every output partition of ``collection``, in order (persisted, then gathered; a
+    ``map_partitions`` over a ``set_index`` deadlocks an in-process cluster on Python 3.11)."""
+    from distributed import futures_of
+
+    persisted = collection.persist()
+    futures = sorted(futures_of(persisted), key=lambda f: f.key[1])  # keys (name, i)
+    assert [f.key[1] for f in futures] == list(range(persisted.npartitions))
+    parts = client.gather(futures)
+    del persisted, futures
+    return parts
+
+
+@pytest.mark.parametrize("budget", ["64MiB", "64KiB"])
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_every_output_partition_equals_dasks_own_exactly(client, plugin, operation, budget):
+    # unsorted, index included: the rows of every output partition in Dask's order (by input
+    # partition, stably), with the send side's split and the ordered read in Rust; 64 KiB
+    # spills, so the read merges disk and memory
+    build, _ = OPERATIONS[operation]
+    ddf = ddf_with_empty_partitions(rich_frame(rows=3_000), npartitions=9)
+    expected = output_partitions(client, build(ddf))
+    plugin(memory_limit=budget)
+    got = output_partitions(client, build(ddf))
+    assert all(n >= 1 for n in runs(client).values()), "arrow-shards was used on every worker"
+    assert [len(p) for p in got] == [len(p) for p in expected]
+    for mine, theirs in zip(got, expected):
+        pd.testing.assert_frame_equal(mine, theirs)
+        assert list(mine["c"].cat.categories) == list(theirs["c"].cat.categories)
+    if budget == "64KiB":
+        assert any(m["bytes_spilled"] > 0 for m in client.run(asd.metrics).values())
+
+
+def test_a_workers_own_shards_skip_the_comms(client, plugin, monkeypatch):
+    # the local shortcut: a worker's own rows go straight into its receive path; only peers'
+    # shards are sent
+    from arrow_shards.dask._run import ArrowShardsShuffleRun
+
+    sent = []
+    original = ArrowShardsShuffleRun.send
+
+    async def recording(self, address, shards):
+        sent.append((self.local_address, address))
+        return await original(self, address, shards)
+
+    monkeypatch.setattr(ArrowShardsShuffleRun, "send", recording)
+    plugin()
+    ddf = dd.from_pandas(frame(), npartitions=6)
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+    assert sent, "peers' shards go through the comms"
+    assert all(sender != receiver for sender, receiver in sent), sent
 
 
 def test_every_worker_spills_under_a_tiny_budget_and_cleans_up(client, plugin):

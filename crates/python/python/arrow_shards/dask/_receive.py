@@ -23,10 +23,31 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+from distributed.shuffle._arrow import (
+    _INPUT_PARTITION_ID_COLUMN,
+    buffers_to_table,
+    concat_tables,
+    deserialize_table,
+)
 
 from .. import ShardBuffer
 from ._totals import Totals
+
+
+def received_table(shards: list[tuple[int, Any]]) -> pa.Table:
+    """The received shards as one table with the input partition id column: Dask's
+    ``buffers_to_table`` for IPC streams from peers; a ``pyarrow.Table`` (this worker's own
+    shard, from the local shortcut) is taken as it is."""
+    if not any(isinstance(shard, pa.Table) for _, shard in shards):
+        return buffers_to_table(shards)
+    tables = []
+    for input_partition, shard in shards:
+        table = shard if isinstance(shard, pa.Table) else deserialize_table(shard)
+        ids = pa.array(np.full(table.num_rows, input_partition, dtype=np.uint32))
+        tables.append(table.append_column(_INPUT_PARTITION_ID_COLUMN, ids))
+    return concat_tables(tables)
 
 
 class ReceiveBuffer:

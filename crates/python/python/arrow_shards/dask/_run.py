@@ -1,6 +1,6 @@
 """``ArrowShardsShuffleRun``: Dask's ``DataFrameShuffleRun`` with an arrow-shards receive side.
 
-What changes against Dask's own run (everything else, the send side, the barrier, restarts, is
+What changes against Dask's own run (everything else, the transfer, the barrier, restarts, is
 Dask's, inherited):
 - ``_receive``: the received shards (Arrow IPC streams from the senders, one per input
   partition) become one ``pyarrow.Table`` (Dask's ``buffers_to_table``, which adds the input
@@ -9,13 +9,26 @@ Dask's, inherited):
   memory, which holds back the sender as Dask's disk limiter does).
 - ``flush_receive``: no flush; it only finishes the buffer (no more writes).
 - ``_get_output_partition``: reads that one partition, memory and disk merged, exactly once,
-  and converts it with Dask's ``convert_shards`` (which sorts by input partition id, the order
-  Dask's P2P gives). A second read of a partition while the first read's frame is still alive
-  gets a shallow copy of that frame (a self-merge, ``df.merge(df, ...)``, has one shuffle for
-  both sides, and its ``merge_unpack`` reads each partition twice in a row; Dask's disk buffer
-  reads its files again). Only a weak reference is kept, so nothing is held past the caller's
-  own use; once the frame is gone, a further read raises ``AlreadyReadError``.
+  in the order Dask's P2P gives (stable by input partition id), converted as Dask's
+  ``convert_shards`` converts it. A second read of a partition while the first read's frame is
+  still alive gets a shallow copy of that frame (a self-merge, ``df.merge(df, ...)``, has one
+  shuffle for both sides, and its ``merge_unpack`` reads each partition twice in a row; Dask's
+  disk buffer reads its files again). Only a weak reference is kept, so nothing is held past
+  the caller's own use; once the frame is gone, a further read raises ``AlreadyReadError``.
 - ``close``: closes the buffer too (its spill directories are removed).
+
+And the per-byte steps around the buffer are Rust calls with the GIL released (issue #35):
+- ``_shard_partition`` (the send side): Dask's frame split by worker and written as one IPC
+  stream per worker in one call (``_split.Splitter``; a frame it does not apply to, such as a
+  non-integer partition column, takes Dask's own split).
+- the local shortcut (``_write_to_comm``): the split hands this worker's own rows back as a
+  ``pyarrow.Table``, which goes straight into the run's own ``_receive`` (the same
+  deduplication by input partition and the same failure handling as a peer's shard), never
+  serialised and never through the comms; the peers' shards go to Dask's comm buffer first,
+  so their transfer overlaps the local write.
+- the read of an output partition: its rows in Dask's order (stable by input partition id) as
+  one contiguous table from Rust, then ``convert_shards``' own conversion to pandas
+  (``_read``).
 """
 
 from __future__ import annotations
@@ -28,14 +41,16 @@ from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from distributed.shuffle._arrow import buffers_to_table, convert_shards
+from distributed.metrics import context_meter
 from distributed.shuffle._exceptions import P2POutOfDiskError
 from distributed.shuffle._limiter import ResourceLimiter
 from distributed.shuffle._shuffle import DataFrameShuffleRun
 from distributed.sizeof import sizeof
 
 from .._errors import AlreadyReadError, DiskFullError
-from ._receive import ReceiveBuffer
+from ._read import ordered_table, to_pandas
+from ._receive import ReceiveBuffer, received_table
+from ._split import Splitter
 
 logger = logging.getLogger("arrow_shards.dask")
 
@@ -53,8 +68,33 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
         # read or a wait)
         self._reads: dict[int, _Read] = {}
         self._reads_lock = threading.Lock()
+        self._splitter = Splitter(self.worker_for, self.column)
 
-    async def _receive(self, data: list[tuple[int, bytes]]) -> None:
+    def _shard_partition(
+        self, data: Any, partition_id: int, **kwargs: Any
+    ) -> dict[str, tuple[int, Any]]:
+        if not Splitter.applies_to(data, self.worker_for, self.column):
+            return super()._shard_partition(data, partition_id, **kwargs)
+        out = {
+            worker: (partition_id, shard)
+            for worker, shard in self._splitter.split(data, local=self.local_address).items()
+        }
+        # Dask's own metrics of the split (DataFrameShuffleRun._shard_partition)
+        context_meter.digest_metric("p2p-shards", sum(sizeof(b) for _, b in out.values()), "bytes")
+        context_meter.digest_metric("p2p-shards", len(out), "count")
+        return out
+
+    async def _write_to_comm(self, data: dict[str, tuple[int, Any]]) -> None:
+        local = data.pop(self.local_address, None)
+        if data:
+            await super()._write_to_comm(data)
+        if local is not None:
+            # awaited: the task finishes once its rows are in the buffer, and a failure fails
+            # the run (and this task) as a received shard's write does; overlapping it with
+            # the next task would need a second failure path (errors at the barrier)
+            await self._receive([local])
+
+    async def _receive(self, data: list[tuple[int, Any]]) -> None:
         self.raise_if_closed()
         fresh = []
         for input_partition, shard in data:
@@ -72,8 +112,8 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
             self._exception = e  # fails the run, as in Dask's own _receive
             raise
 
-    def _write_received(self, shards: list[tuple[int, bytes]]) -> None:
-        table = buffers_to_table(shards)
+    def _write_received(self, shards: list[tuple[int, Any]]) -> None:
+        table = received_table(shards)
         del shards
         ids = pc.cast(table.column(self.column), pa.uint32())
         if self.drop_column:
@@ -107,7 +147,7 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
         if not tables:
             meta = self.meta.copy()
             return meta.drop(columns=self.column) if self.drop_column else meta
-        return convert_shards(tables, self.meta, self.column, self.drop_column)
+        return to_pandas(ordered_table(tables), self.meta, self.column, self.drop_column)
 
     def heartbeat(self) -> dict[str, Any]:
         beat = super().heartbeat()

@@ -1,0 +1,56 @@
+"""The ordered read of an output partition: Dask's order from Rust, then Dask's own conversion.
+
+Dask's ``convert_shards`` (distributed 2026.8, ``shuffle/_arrow.py``) concatenates a partition's
+tables, sorts them by ``__input_partition_id__`` (pyarrow ``sort_by``: a full copy with the GIL
+held), drops that column, converts to pandas and reconciles the dtypes with ``meta``. Here the
+concatenation and the stable sort are one Rust call with the GIL released
+(``_native._dask_order``, which gives one contiguous table); the conversion to pandas and the
+dtype reconciliation below are ``convert_shards``' own steps, line for line, so the frames are
+Dask's (dtypes, categories, index).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from distributed.shuffle._arrow import _INPUT_PARTITION_ID_COLUMN, concat_tables
+
+from .._native import _dask_order
+
+
+def ordered_table(tables: list[pa.Table]) -> pa.Table:
+    """``tables`` (one partition's, one per schema) as one table in Dask's order, without the
+    input partition id column. Tables of several schemas are concatenated first with Dask's
+    permissive promotion."""
+    table = tables[0] if len(tables) == 1 else concat_tables(tables)
+    return _dask_order(table, _INPUT_PARTITION_ID_COLUMN)
+
+
+def to_pandas(table: pa.Table, meta: Any, column: str, drop_column: bool) -> Any:
+    """``convert_shards``' conversion of a sorted table without the id column (distributed
+    2026.8): pandas through ``from_pyarrow_table_dispatch``, then the dtypes reconciled with
+    ``meta``."""
+    import pandas as pd
+    from dask.dataframe._compat import PANDAS_GE_300
+    from dask.dataframe.dispatch import from_pyarrow_table_dispatch
+    from pandas.core.dtypes.cast import find_common_type  # type: ignore[attr-defined]
+
+    if drop_column:
+        meta = meta.drop(columns=column)
+    df = from_pyarrow_table_dispatch(meta, table, self_destruct=True)
+    reconciled_dtypes = {}
+    for name, dtype in meta.dtypes.items():
+        actual = df[name].dtype
+        if actual == dtype:
+            continue
+        # the specific string dtype of meta (string[pyarrow])
+        if isinstance(actual, pd.StringDtype) and isinstance(dtype, pd.StringDtype):
+            reconciled_dtypes[name] = dtype
+            continue
+        # meta may not know the actual categories (Dask skips them too)
+        if isinstance(actual, pd.CategoricalDtype) and isinstance(dtype, pd.CategoricalDtype):
+            continue
+        reconciled_dtypes[name] = find_common_type([actual, dtype])
+    kwargs = {} if PANDAS_GE_300 else {"copy": False}
+    return df.astype(reconciled_dtypes, **kwargs)

@@ -1,0 +1,229 @@
+"""The Rust steps of ``arrow_shards.dask`` (issue #35) against pyarrow's and Dask's own results:
+the ordered read (``_dask_order``) against ``Table.sort_by`` and the split by worker
+(``_dask_split``, ``Splitter``) against ``sort_by`` and Dask's ``split_by_worker`` +
+``serialize_table``, on random tables; no cluster."""
+
+from __future__ import annotations
+
+import decimal
+
+import pytest
+
+dask = pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from distributed.shuffle._arrow import (  # noqa: E402
+    buffers_to_table,
+    convert_shards,
+    deserialize_table,
+    serialize_table,
+)
+from distributed.shuffle._shuffle import split_by_worker  # noqa: E402
+
+from arrow_shards._native import _dask_order, _dask_split  # noqa: E402
+from arrow_shards.dask._read import ordered_table, to_pandas  # noqa: E402
+from arrow_shards.dask._receive import received_table  # noqa: E402
+from arrow_shards.dask._split import Splitter  # noqa: E402
+from dask_helpers import rich_frame  # noqa: E402
+
+ID = "__input_partition_id__"
+
+
+def random_table(rng: np.random.Generator, rows: int, ids: np.ndarray) -> pa.Table:
+    """Ints with nulls, strings, a dictionary with unused values, a list column and ``ids``,
+    as several batches (so several chunks per column), with schema metadata."""
+    categories = pa.array([f"c{i}" for i in range(20)])  # c15..c19 unused
+    values = rng.integers(-1000, 1000, rows)
+    mask = rng.random(rows) < 0.2
+    columns = {
+        "i": pa.array(values, mask=mask),
+        "s": pa.array([f"s{v}" if v % 5 else None for v in values], pa.large_string()),
+        "d": pa.DictionaryArray.from_arrays(
+            pa.array(rng.integers(0, 15, rows), pa.int8()), categories
+        ),
+        "l": pa.array([[int(v)] * (int(v) % 3) for v in values]),
+        ID: pa.array(ids, pa.uint32()),
+    }
+    table = pa.table(columns).replace_schema_metadata({b"pandas": b"{\"kept\": true}"})
+    cuts = sorted(set(rng.integers(0, rows + 1, 4).tolist()) | {0, rows})
+    batches = [b for a, z in zip(cuts, cuts[1:]) for b in table.slice(a, z - a).to_batches()]
+    return pa.Table.from_batches(batches, table.schema)
+
+
+def runs_of_ids(rng: np.random.Generator, rows: int, kinds: int) -> np.ndarray:
+    """Ids in runs, as the buffer reads a partition (one run per received shard)."""
+    out = []
+    while len(out) < rows:
+        out += [int(rng.integers(0, kinds))] * int(rng.integers(1, 200))
+    return np.array(out[:rows])
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("layout", ["runs", "scattered", "sorted", "one id", "sparse ids"])
+def test_ordered_read_equals_pyarrows_sort_by(seed, layout):
+    rng = np.random.default_rng(seed)
+    rows = int(rng.integers(0, 3000))
+    ids = {
+        "runs": lambda: runs_of_ids(rng, rows, 40),
+        "scattered": lambda: rng.integers(0, 40, rows),
+        "sorted": lambda: np.sort(rng.integers(0, 40, rows)),
+        "one id": lambda: np.full(rows, 7),
+        "sparse ids": lambda: rng.choice([0, 5, 2**31, 2**32 - 1], rows),
+    }[layout]()
+    table = random_table(rng, rows, ids)
+    got = _dask_order(table, ID)
+    expected = table.sort_by(ID).drop_columns([ID])
+    assert got.schema.equals(expected.schema, check_metadata=True)
+    assert got.equals(expected)
+    assert all(c.num_chunks == 1 for c in got.columns), "one contiguous table"
+    # the dictionary keeps every value, unused ones included
+    assert got.column("d").chunk(0).dictionary.equals(table.column("d").chunk(0).dictionary)
+
+
+def test_ordered_read_refuses_bad_input_with_exceptions():
+    table = pa.table({"a": [1, 2], ID: pa.array([1, 0], pa.uint32())})
+    with pytest.raises(ValueError, match='no column "nope"'):
+        _dask_order(table, "nope")
+    with pytest.raises(TypeError, match="must be uint32, got Int64"):
+        _dask_order(table, "a")
+    with pytest.raises(ValueError, match="1 nulls"):
+        _dask_order(pa.table({ID: pa.array([1, None], pa.uint32())}), ID)
+    with pytest.raises(TypeError, match="Arrow PyCapsule"):
+        _dask_order(object(), ID)
+    empty = _dask_order(table.slice(0, 0), ID)
+    assert empty.num_rows == 0 and empty.column_names == ["a"]
+
+
+def _shards_for(df: pd.DataFrame, seed: int) -> list[tuple[int, bytes]]:
+    rng = np.random.default_rng(seed)
+    pieces = np.array_split(np.arange(len(df)), int(rng.integers(1, 6)))
+    return [(int(i), serialize_table(pa.Table.from_pandas(df.iloc[p], preserve_index=True)))
+            for i, p in zip(rng.permutation(len(pieces)), pieces)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ordered_read_and_conversion_equal_dasks_convert_shards(seed):
+    df = rich_frame(rows=1500, seed=seed).assign(_partitions=0)
+    meta = df.iloc[:0]
+    shards = _shards_for(df, seed)
+    # as both receive sides keep it: the partition column dropped
+    table = buffers_to_table(shards).drop_columns(["_partitions"])
+    expected = convert_shards([table], meta, "_partitions", True)
+    got = to_pandas(ordered_table([table]), meta, "_partitions", True)
+    pd.testing.assert_frame_equal(got, expected)
+    assert list(got["c"].cat.categories) == list(expected["c"].cat.categories)
+
+
+def random_split_table(rng: np.random.Generator, rows: int, workers: int, partitions: int):
+    ids = rng.integers(0, partitions, rows)
+    table = random_table(rng, rows, np.zeros(rows, np.uint32)).drop_columns([ID])
+    worker_of = rng.integers(0, workers, partitions).astype(np.int8)
+    return (
+        table.append_column("_partitions", pa.array(ids, pa.int64()))
+        .append_column("_worker", pa.array(worker_of[ids], pa.int8())),
+        worker_of,
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_split_equals_pyarrows_sort_by_worker_and_partition(seed, workers):
+    rng = np.random.default_rng(seed)
+    rows = int(rng.integers(0, 4000))
+    partitions = int(rng.choice([1, 7, 1024]))
+    table, _ = random_split_table(rng, rows, workers, partitions)
+    local = int(rng.integers(0, workers))
+    got = _dask_split(table, "_worker", "_partitions", workers, local)
+    assert len(got) == workers
+    ordered = table.sort_by([("_worker", "ascending"), ("_partitions", "ascending")])
+    codes = ordered.column("_worker").to_numpy()
+    ordered = ordered.drop_columns(["_worker"])
+    for worker, shard in enumerate(got):
+        expected = ordered.filter(pa.array(codes == worker))
+        if expected.num_rows == 0:
+            assert shard is None
+            continue
+        if worker == local:
+            assert isinstance(shard, pa.Table)
+            mine = shard
+        else:
+            assert isinstance(shard, bytes)
+            mine = deserialize_table(shard)
+        assert mine.schema.equals(expected.schema, check_metadata=True)
+        assert mine.equals(expected)
+
+
+def test_split_refuses_bad_input_with_exceptions():
+    table = pa.table({"_partitions": [0, 1], "_worker": pa.array([0, 3], pa.int8())})
+    with pytest.raises(ValueError, match="worker code 3 .* there are 2 workers"):
+        _dask_split(table, "_worker", "_partitions", 2)
+    with pytest.raises(ValueError, match='no column "w"'):
+        _dask_split(table, "w", "_partitions", 4)
+    with pytest.raises(TypeError, match="must be integers"):
+        _dask_split(table.append_column("f", pa.array([0.5, 1.0])), "_worker", "f", 4)
+    with pytest.raises(ValueError, match="1 nulls"):
+        _dask_split(pa.table({"p": [0, None], "_worker": pa.array([0, 0], pa.int8())}),
+                    "_worker", "p", 1)
+    assert _dask_split(table.slice(0, 0), "_worker", "_partitions", 4) == [None] * 4
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("index", ["range", "named", "strings", "multi"])
+def test_splitter_equals_dasks_split_by_worker_and_serialize_table(seed, index):
+    rng = np.random.default_rng(seed)
+    npartitions = int(rng.choice([3, 64, 1024]))
+    df = rich_frame(rows=int(rng.integers(0, 2000)), seed=seed)
+    df["_partitions"] = rng.integers(0, npartitions, len(df))
+    if index == "named":
+        df.index = pd.Index(np.arange(len(df)) * 3, name="ix")
+    elif index == "strings":
+        df.index = pd.Index([f"r{i}" for i in range(len(df))])
+    elif index == "multi":
+        df.index = pd.MultiIndex.from_arrays([np.arange(len(df)) % 3, np.arange(len(df))],
+                                             names=["a", "b"])
+    workers = ["tcp://a:1", "tcp://b:2", "tcp://c:3"]
+    assigned = {p: workers[int(rng.integers(0, 3))] for p in range(npartitions)}
+    if seed % 2:  # outputs not wanted: their rows are dropped, as by Dask's inner merge
+        for p in range(0, npartitions, 2):
+            assigned.pop(p, None)
+    worker_for = pd.Series(assigned, name="_workers").astype("category")
+    splitter = Splitter(worker_for, "_partitions")
+    assert Splitter.applies_to(df, worker_for, "_partitions")
+    got = splitter.split(df)
+    expected = split_by_worker(df, "_partitions", df.iloc[:0], worker_for)
+    assert sorted(got) == sorted(expected)
+    for worker, table in expected.items():
+        # Dask's wire bytes, and its table sorted stably by output partition too
+        theirs = deserialize_table(serialize_table(table)).sort_by("_partitions")
+        mine = deserialize_table(got[worker])
+        assert mine.schema.equals(theirs.schema, check_metadata=True), worker
+        assert mine.equals(theirs), worker
+
+
+def test_splitter_leaves_other_frames_to_dask():
+    worker_for = pd.Series({0: "a", 1: "b"}, name="_workers").astype("category")
+    df = pd.DataFrame({"_partitions": [0.0, 1.0], "x": [1, 2]})
+    assert not Splitter.applies_to(df, worker_for, "_partitions")
+    nullable = pd.DataFrame({"_partitions": pd.array([0, 1], dtype="Int64")})
+    assert not Splitter.applies_to(nullable, worker_for, "_partitions")
+    assert not Splitter.applies_to(df.assign(_worker=1), worker_for, "_partitions")
+
+
+def test_rich_frame_has_the_listed_dtypes():
+    df = rich_frame(rows=10)
+    assert isinstance(df["dec"].dtype, pd.ArrowDtype)
+    assert isinstance(df["dec"].iloc[0], decimal.Decimal)
+    assert isinstance(df["day"].dtype, pd.ArrowDtype)
+    assert len(df["c"].cat.categories) > df["c"].nunique()
+
+
+def test_a_local_table_is_received_as_dask_receives_its_stream():
+    table = pa.Table.from_pandas(rich_frame(rows=300), preserve_index=True)
+    first, second = table.slice(0, 100), table.slice(100)
+    expected = buffers_to_table([(3, serialize_table(first)), (1, serialize_table(second))])
+    got = received_table([(3, serialize_table(first)), (1, second)])
+    assert got.schema.equals(expected.schema, check_metadata=True)
+    assert got.equals(expected)
