@@ -81,6 +81,7 @@ mod leftovers;
 mod metrics;
 mod oversized;
 mod read;
+mod route;
 mod scatter;
 mod schema_check;
 mod shard;

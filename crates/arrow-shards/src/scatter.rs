@@ -12,11 +12,13 @@
 //! (see `docs/architecture.md`, "Small shards: compaction on write and the scatter write").
 
 use arrow_array::{Array, RecordBatch, UInt32Array};
+use arrow_schema::SchemaRef;
 use arrow_select::take::take_record_batch;
 
-use crate::compact::Direct;
+use crate::compact::{CompactConfig, Direct};
 use crate::error::Error;
-use crate::shard::{Grouped, Scattered};
+use crate::route::{Route, Scatter, route_scattered};
+use crate::shard::{Grouped, Scattered, Sorted};
 
 /// The partition of each row of a scatter write: a `UInt32Array` (no nulls) or a `&[u32]`.
 #[derive(Debug, Clone, Copy)]
@@ -158,54 +160,71 @@ fn order_of(ids: &[u32], starts: &mut [usize]) -> Vec<u32> {
     order
 }
 
-/// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`) and groups the
-/// rows by partition. With `copy_below` set (compaction on, every column of a flat type) and
-/// every partition's share of the batch below it, the rows stay where they are and each is
-/// tagged with its range, to be copied straight into the open batches ([`Grouped::Direct`]);
-/// otherwise they are reordered with one `take` ([`Grouped::Sorted`]). The error hands `batch`
-/// back.
+/// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`), groups the
+/// rows by partition and routes them ([`route_scattered`]): left where they are and tagged with
+/// their ranges, to be copied straight into the open batches ([`Grouped::Direct`]), or
+/// reordered with one `take` ([`Grouped::Sorted`]; not when one partition has every row). The
+/// error hands `batch` back.
 pub(crate) fn scatter(
     batch: RecordBatch,
     ids: PartitionIds<'_>,
     num_partitions: u32,
-    copy_below: Option<usize>,
+    compact: Option<CompactConfig>,
+    schema: &SchemaRef,
+) -> Result<Scattered, (Error, RecordBatch)> {
+    scatter_routed(batch, ids, num_partitions, |batch, ranges| {
+        route_scattered(compact, schema, batch, ranges)
+    })
+}
+
+/// [`scatter`] with the routes chosen by `route` (tests choose the reordering path with it).
+pub(crate) fn scatter_routed(
+    batch: RecordBatch,
+    ids: PartitionIds<'_>,
+    num_partitions: u32,
+    route: impl FnOnce(&RecordBatch, &[(u32, usize, usize)]) -> Scatter,
 ) -> Result<Scattered, (Error, RecordBatch)> {
     let (ids, counts) = match count(ids, batch.num_rows(), num_partitions) {
         Ok(counted) => counted,
         Err(error) => return Err((error, batch)),
     };
     let (ranges, mut starts) = ranges_of(&counts);
-    if ranges.len() <= 1 {
-        let sorted = batch.clone();
-        return Ok(Scattered {
-            original: batch,
-            rows: Grouped::Sorted(sorted),
-            ranges,
-        });
-    }
-    if copy_below.is_some_and(|below| ranges.iter().all(|&(_, _, len)| len < below)) {
-        let mut index = vec![0u32; counts.len()];
-        for (k, &(partition, _, _)) in ranges.iter().enumerate() {
-            index[partition as usize] = k as u32;
+    let routes = match route(&batch, &ranges) {
+        Scatter::InPlace(config) => {
+            let mut index = vec![0u32; counts.len()];
+            for (k, &(partition, _, _)) in ranges.iter().enumerate() {
+                index[partition as usize] = k as u32;
+            }
+            let range_of_row = ids.iter().map(|&id| index[id as usize]).collect();
+            if let Some(direct) = Direct::new(&batch, range_of_row, ranges.len()) {
+                return Ok(Scattered {
+                    original: batch,
+                    rows: Grouped::Direct(direct, config),
+                    ranges,
+                });
+            }
+            // Too many variable-length bytes to copy in place: reordered, every range copied.
+            vec![Route::Copy(config); ranges.len()]
         }
-        let range_of_row = ids.iter().map(|&id| index[id as usize]).collect();
-        if let Some(direct) = Direct::new(&batch, range_of_row, ranges.len()) {
-            return Ok(Scattered {
-                original: batch,
-                rows: Grouped::Direct(direct),
-                ranges,
-            });
+        Scatter::Reorder(routes) => routes,
+    };
+    let sorted = if ranges.len() <= 1 {
+        batch.clone()
+    } else {
+        let order = order_of(ids, &mut starts);
+        match take_record_batch(&batch, &UInt32Array::from(order)) {
+            Ok(sorted) => sorted,
+            Err(e) => return Err((Error::Arrow(std::sync::Arc::new(e)), batch)),
         }
-    }
-    let order = order_of(ids, &mut starts);
-    match take_record_batch(&batch, &UInt32Array::from(order)) {
-        Ok(sorted) => Ok(Scattered {
-            original: batch,
-            rows: Grouped::Sorted(sorted),
-            ranges,
+    };
+    Ok(Scattered {
+        original: batch,
+        rows: Grouped::Sorted(Sorted {
+            batch: sorted,
+            routes,
         }),
-        Err(e) => Err((Error::Arrow(std::sync::Arc::new(e)), batch)),
-    }
+        ranges,
+    })
 }
 
 #[cfg(test)]
@@ -214,6 +233,14 @@ mod tests {
     use std::sync::Arc;
 
     use arrow_array::{ArrayRef, Int64Array};
+
+    /// Compaction at `target_rows`, any bytes.
+    fn rows(target_rows: usize) -> Option<CompactConfig> {
+        Some(CompactConfig {
+            target_rows,
+            target_bytes: 1 << 30,
+        })
+    }
 
     fn batch(n: i64) -> RecordBatch {
         RecordBatch::try_from_iter([(
@@ -226,9 +253,9 @@ mod tests {
     #[test]
     fn groups_rows_by_partition_keeping_input_order() {
         let ids = UInt32Array::from(vec![2, 0, 2, 1, 0, 2]);
-        let s = scatter(batch(6), (&ids).into(), 3, None).unwrap();
+        let s = scatter(batch(6), (&ids).into(), 3, None, &batch(0).schema()).unwrap();
         assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (2, 3, 3)]);
-        let Grouped::Sorted(sorted) = &s.rows else {
+        let Grouped::Sorted(Sorted { batch: sorted, .. }) = &s.rows else {
             panic!("no copy target: reordered");
         };
         let a = sorted
@@ -241,8 +268,14 @@ mod tests {
 
     #[test]
     fn bad_ids_are_refused_with_the_batch() {
-        let (e, b) =
-            scatter(batch(3), (&UInt32Array::from(vec![0, 1])).into(), 2, None).unwrap_err();
+        let (e, b) = scatter(
+            batch(3),
+            (&UInt32Array::from(vec![0, 1])).into(),
+            2,
+            None,
+            &batch(0).schema(),
+        )
+        .unwrap_err();
         assert!(
             matches!(e, Error::PartitionIdsLength { rows: 3, ids: 2 }),
             "{e}"
@@ -252,11 +285,19 @@ mod tests {
             batch(3),
             (&UInt32Array::from(vec![Some(0), None, Some(1)])).into(),
             2,
-            Some(8),
+            rows(8),
+            &batch(0).schema(),
         )
         .unwrap_err();
         assert!(matches!(e, Error::NullPartitionId { row: 1 }), "{e}");
-        let (e, _) = scatter(batch(3), (&[0u32, 1, 7][..]).into(), 2, Some(8)).unwrap_err();
+        let (e, _) = scatter(
+            batch(3),
+            (&[0u32, 1, 7][..]).into(),
+            2,
+            rows(8),
+            &batch(0).schema(),
+        )
+        .unwrap_err();
         assert!(
             matches!(
                 e,
@@ -273,9 +314,9 @@ mod tests {
     #[test]
     fn one_partition_needs_no_copy() {
         let b = batch(4);
-        let s = scatter(b.clone(), (&vec![1u32; 4]).into(), 2, Some(8)).unwrap();
+        let s = scatter(b.clone(), (&vec![1u32; 4]).into(), 2, rows(8), &b.schema()).unwrap();
         assert_eq!(s.ranges, vec![(1, 0, 4)]);
-        let Grouped::Sorted(sorted) = &s.rows else {
+        let Grouped::Sorted(Sorted { batch: sorted, .. }) = &s.rows else {
             panic!("one range: kept as it is");
         };
         assert!(Arc::ptr_eq(sorted.column(0), b.column(0)));
@@ -284,13 +325,13 @@ mod tests {
     #[test]
     fn small_ranges_are_tagged_in_place_and_a_large_one_reorders() {
         let ids = [3u32, 0, 3, 1, 0, 3];
-        let s = scatter(batch(6), (&ids[..]).into(), 4, Some(4)).unwrap();
+        let s = scatter(batch(6), (&ids[..]).into(), 4, rows(4), &batch(0).schema()).unwrap();
         assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (3, 3, 3)]);
-        let Grouped::Direct(direct) = &s.rows else {
+        let Grouped::Direct(direct, _) = &s.rows else {
             panic!("every range below 4 rows: copied in place");
         };
         assert_eq!(direct.range_of_row, vec![2, 0, 2, 1, 0, 2]);
-        let s = scatter(batch(6), (&ids[..]).into(), 4, Some(3)).unwrap();
+        let s = scatter(batch(6), (&ids[..]).into(), 4, rows(3), &batch(0).schema()).unwrap();
         assert!(
             matches!(&s.rows, Grouped::Sorted(_)),
             "partition 2 has 3 rows, not below 3: reordered"

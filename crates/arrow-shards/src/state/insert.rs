@@ -1,6 +1,7 @@
 //! How rows get into the buffer, under its lock: each shard kind (a whole batch, a small batch
 //! copied into its partition's open batch, a scattered batch reordered or copied in place) is
-//! charged before it is stored, and stored whole or not at all.
+//! charged before it is stored, and stored whole or not at all. Which rows are copied was
+//! decided before the lock ([`crate::route`]); a copy's route brings its compaction settings.
 
 use std::sync::Arc;
 
@@ -9,7 +10,8 @@ use arrow_array::RecordBatch;
 use super::State;
 use crate::compact::{self, CompactConfig, Direct, OpenBatch, Start};
 use crate::error::Error;
-use crate::shard::{Grouped, Scattered, Shard, Stored};
+use crate::route::Route;
+use crate::shard::{Grouped, Scattered, Shard, Sorted, Stored};
 
 impl State {
     /// Charges and stores `shard`, or refuses it (handing it back) if the pool has no room or
@@ -58,28 +60,41 @@ impl State {
             Shard::Whole(stored) => self
                 .try_insert_whole(partition, stored)
                 .map_err(|(e, s)| (e, Shard::Whole(s))),
-            Shard::Small(batch) => {
-                if let Err(e) = self.check_writable(partition) {
-                    return Err((e, Shard::Small(batch)));
-                }
-                let rows = batch.num_rows();
-                let needed = self.append_growth(partition, &batch, 0, rows);
-                if let Err(e) = self.try_reserve(needed) {
-                    return Err((e, Shard::Small(batch)));
-                }
-                let result = self.append(partition, &batch, 0, rows);
-                self.settle();
-                match result {
-                    Ok(()) => {
-                        self.batches_written += 1;
-                        Ok(())
-                    }
-                    Err(e) => Err((e, Shard::Small(batch))),
-                }
-            }
+            Shard::Small(batch, config) => self
+                .try_insert_small(partition, &batch, &config)
+                .map_err(|e| (e, Shard::Small(batch, config))),
             Shard::Scattered(scattered) => self
                 .try_insert_scattered(&scattered)
                 .map_err(|e| (e, Shard::Scattered(scattered))),
+        }
+    }
+
+    /// Charges and copies all of `batch` into `partition`'s open batch, or refuses it.
+    fn try_insert_small(
+        &mut self,
+        partition: u32,
+        batch: &RecordBatch,
+        config: &CompactConfig,
+    ) -> Result<(), Error> {
+        self.check_writable(partition)?;
+        self.check_route(config)?;
+        let rows = batch.num_rows();
+        self.try_reserve(self.append_growth(partition, batch, 0, rows, config))?;
+        let result = self.append(partition, batch, 0, rows, config);
+        self.settle();
+        if result.is_ok() {
+            self.batches_written += 1;
+        }
+        result
+    }
+
+    /// Refuses a copy routed with settings other than this buffer's (a bug).
+    fn check_route(&self, config: &CompactConfig) -> Result<(), Error> {
+        match self.compact {
+            Some(own) if own == *config => Ok(()),
+            _ => Err(Error::Internal(
+                "rows routed to an open batch with other compaction settings",
+            )),
         }
     }
 
@@ -124,24 +139,41 @@ impl State {
         for &(partition, _, _) in &scattered.ranges {
             self.check_writable(partition)?;
         }
-        let sorted = match &scattered.rows {
+        let Sorted {
+            batch: sorted,
+            routes,
+        } = match &scattered.rows {
             Grouped::Sorted(sorted) => sorted,
-            Grouped::Direct(direct) => {
-                return self.try_insert_direct(&scattered.original, direct, &scattered.ranges);
+            Grouped::Direct(direct, config) => {
+                return self.try_insert_direct(
+                    &scattered.original,
+                    direct,
+                    &scattered.ranges,
+                    config,
+                );
             }
         };
         let mut whole = Vec::new();
         let mut needed = 0;
         // Ranges kept whole are slices of one reordered batch: its allocations count once.
         let mut shared = Vec::new();
-        for &(partition, start, len) in &scattered.ranges {
-            if self.appends(sorted, len) {
-                needed += self.append_growth(partition, sorted, start, len);
-            } else {
-                let stored = Stored::share_of(sorted.slice(start, len), sorted.num_rows());
-                needed += stored.overhead;
-                shared.extend_from_slice(&stored.allocations);
-                whole.push((partition, stored));
+        if routes.len() != scattered.ranges.len() {
+            return Err(Error::Internal(
+                "a scattered batch without a route per range",
+            ));
+        }
+        for (&(partition, start, len), route) in scattered.ranges.iter().zip(routes) {
+            match route {
+                Route::Copy(config) => {
+                    self.check_route(config)?;
+                    needed += self.append_growth(partition, sorted, start, len, config);
+                }
+                Route::Whole => {
+                    let stored = Stored::share_of(sorted.slice(start, len), sorted.num_rows());
+                    needed += stored.overhead;
+                    shared.extend_from_slice(&stored.allocations);
+                    whole.push((partition, stored));
+                }
             }
         }
         shared.sort_unstable_by_key(|a| a.ptr);
@@ -150,16 +182,17 @@ impl State {
         self.try_reserve(needed)?;
         let mut whole = whole.into_iter().peekable();
         let mut result = Ok(());
-        for &(partition, start, len) in &scattered.ranges {
-            let step = match whole.next_if(|(p, _)| *p == partition) {
-                Some((_, stored)) => self.cut(partition).map(|()| {
+        for (&(partition, start, len), route) in scattered.ranges.iter().zip(routes) {
+            let step = match (route, whole.next_if(|(p, _)| *p == partition)) {
+                (_, Some((_, stored))) => self.cut(partition).map(|()| {
                     self.allocations.insert(&stored.allocations);
                     self.extra += stored.overhead;
                     self.rows_written += len as u64;
                     self.bytes_written += stored.size as u64;
                     self.push_stored(partition, stored);
                 }),
-                None => self.append(partition, sorted, start, len),
+                (Route::Copy(config), None) => self.append(partition, sorted, start, len, config),
+                (Route::Whole, None) => Err(Error::Internal("a range stored whole was not sized")),
             };
             if step.is_err() {
                 // Only a bug gets here (the rows were checked); keep what was stored.
@@ -182,16 +215,17 @@ impl State {
         batch: &RecordBatch,
         direct: &Direct,
         ranges: &[(u32, usize, usize)],
+        config: &CompactConfig,
     ) -> Result<(), Error> {
-        let config = self.compact.expect("a direct scatter only with compaction");
+        self.check_route(config)?;
         let has_nulls: Vec<bool> = batch.columns().iter().map(|a| a.null_count() > 0).collect();
         let mut needed = 0;
         for (k, &(partition, _, len)) in ranges.iter().enumerate() {
             let var = |c: usize| direct.var(c, k);
             let p = &self.partitions[partition as usize];
             needed += match &p.open {
-                Some(open) if !open.is_full_for(&config, len) => {
-                    open.growth_of_rows(len, var, &has_nulls, &config)
+                Some(open) if !open.is_full_for(config, len) => {
+                    open.growth_of_rows(len, var, &has_nulls, config)
                 }
                 Some(open) => OpenBatch::fresh_charge_of_rows(
                     &self.schema,
@@ -199,7 +233,7 @@ impl State {
                     len,
                     var,
                     &has_nulls,
-                    &config,
+                    config,
                 ),
                 None => OpenBatch::fresh_charge_of_rows(
                     &self.schema,
@@ -207,12 +241,12 @@ impl State {
                     len,
                     var,
                     &has_nulls,
-                    &config,
+                    config,
                 ),
             };
         }
         self.try_reserve(needed)?;
-        let result = self.copy_direct(batch, direct, ranges, &config);
+        let result = self.copy_direct(batch, direct, ranges, config);
         self.settle();
         if result.is_ok() {
             self.batches_written += 1;
@@ -249,7 +283,9 @@ impl State {
             let mut base = 0;
             for &(partition, _, _) in ranges {
                 let (_, tail) = rest.split_at_mut(partition as usize - base);
-                let (p, tail) = tail.split_first_mut().expect("ranges name partitions");
+                let (p, tail) = tail
+                    .split_first_mut()
+                    .ok_or(Error::Internal("a scattered range names no partition"))?;
                 let open = p
                     .open
                     .get_or_insert_with(|| OpenBatch::new(&schema, &p.start));
@@ -267,12 +303,6 @@ impl State {
         Ok(())
     }
 
-    /// Whether `len` rows of `batch` are copied into an open batch rather than stored whole.
-    pub(crate) fn appends(&self, batch: &RecordBatch, len: usize) -> bool {
-        self.compact.is_some_and(|c| len < c.target_rows)
-            && crate::compact::compactable(&self.schema, batch)
-    }
-
     /// What appending `batch[start..start + len]` to `partition`'s open batch would add.
     fn append_growth(
         &self,
@@ -280,8 +310,8 @@ impl State {
         batch: &RecordBatch,
         start: usize,
         len: usize,
+        config: &CompactConfig,
     ) -> usize {
-        let config = self.compact.as_ref().expect("appends only with compaction");
         // A cut never adds to the charge (`OpenBatch::bytes`), so only the append counts.
         let p = &self.partitions[partition as usize];
         match &p.open {
@@ -303,12 +333,12 @@ impl State {
         batch: &RecordBatch,
         start: usize,
         len: usize,
+        config: &CompactConfig,
     ) -> Result<(), Error> {
-        let config = self.compact.expect("appends only with compaction");
         let full = self.partitions[partition as usize]
             .open
             .as_ref()
-            .is_some_and(|o| o.is_full_for(&config, len));
+            .is_some_and(|o| o.is_full_for(config, len));
         if full {
             self.cut(partition)?;
         }
@@ -318,9 +348,9 @@ impl State {
             .open
             .get_or_insert_with(|| OpenBatch::new(&schema, &p.start));
         let before = open.data_bytes();
-        open.append(batch, start, len, &config)
+        open.append(batch, start, len, config)
             .map_err(|e| Error::Arrow(Arc::new(e)))?;
-        self.appended(partition, len, before, &config)
+        self.appended(partition, len, before, config)
     }
 
     /// Books `len` rows just copied into `partition`'s open batch (which held `data_before`
@@ -334,7 +364,10 @@ impl State {
         config: &CompactConfig,
     ) -> Result<(), Error> {
         let p = &mut self.partitions[partition as usize];
-        let open = p.open.as_ref().expect("rows were copied into it");
+        let open = p
+            .open
+            .as_ref()
+            .ok_or(Error::Internal("rows were copied into no open batch"))?;
         let (charge, written, full) = (
             open.bytes(),
             open.data_bytes() - data_before,
