@@ -77,6 +77,7 @@ mod config;
 mod error;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod fuzz;
+mod grouping;
 mod leftovers;
 mod metrics;
 mod oversized;
@@ -106,9 +107,9 @@ pub use builder::{
 };
 pub use config::MIN_SPILL_ROUND_BYTES;
 pub use error::{ConfigError, Error, WriteError};
+pub use grouping::{PartitionIds, RowsByPartition};
 pub use metrics::Metrics;
 pub use read::{PartitionReader, PartitionStream};
-pub use scatter::{PartitionIds, RowsByPartition};
 pub use shard::batch_cost;
 pub use state::PartitionSize;
 pub use write_all::{WriteAllError, Written};

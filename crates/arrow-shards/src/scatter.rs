@@ -1,7 +1,8 @@
 //! The scatter write's first step: check a batch's partition ids and group its rows by
-//! partition, in O(rows + partitions).
+//! partition ([`RowsByPartition`], in O(rows + partitions)), route them ([`crate::route`]) and
+//! prepare the rows for the insert.
 //!
-//! Two ways, chosen here, outside the buffer's lock. In the common case (compaction on, every
+//! Two ways, chosen outside the buffer's lock. In the common case (compaction on, every
 //! column flat, every partition's share below the compaction target) the rows stay where they
 //! are, each tagged with its partition's range, and are copied row by row into the open
 //! batches ([`Grouped::Direct`], `compact/direct.rs`): no reordering copy at all. Otherwise they
@@ -11,154 +12,15 @@
 //! the per-call costs of arrow's kernels are paid once per input batch, not once per tiny shard
 //! (see `docs/architecture.md`, "Small shards: compaction on write and the scatter write").
 
-use arrow_array::{Array, RecordBatch, UInt32Array};
+use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use arrow_select::take::take_record_batch;
 
 use crate::compact::{CompactConfig, Direct};
 use crate::error::Error;
+use crate::grouping::{PartitionIds, RowsByPartition};
 use crate::route::{Route, Scatter, route_scattered};
 use crate::shard::{Grouped, Scattered, Sorted};
-
-/// The partition of each row of a scatter write: a `UInt32Array` (no nulls) or a `&[u32]`.
-#[derive(Debug, Clone, Copy)]
-pub enum PartitionIds<'a> {
-    /// An Arrow array; a null id is an error.
-    Array(&'a UInt32Array),
-    /// Plain ids.
-    Slice(&'a [u32]),
-}
-
-impl<'a> From<&'a UInt32Array> for PartitionIds<'a> {
-    fn from(ids: &'a UInt32Array) -> Self {
-        PartitionIds::Array(ids)
-    }
-}
-
-impl<'a> From<&'a [u32]> for PartitionIds<'a> {
-    fn from(ids: &'a [u32]) -> Self {
-        PartitionIds::Slice(ids)
-    }
-}
-
-impl<'a> From<&'a Vec<u32>> for PartitionIds<'a> {
-    fn from(ids: &'a Vec<u32>) -> Self {
-        PartitionIds::Slice(ids)
-    }
-}
-
-/// The rows of a batch grouped by partition: a stable counting sort of their partition ids,
-/// in O(rows + partitions). The scatter write's grouping, public so that code splitting batches
-/// by partition itself (a benchmark's producers, an engine's own shard writer) shares it.
-///
-/// ```
-/// use arrow_shards::RowsByPartition;
-///
-/// let groups = RowsByPartition::new([2u32, 0, 2, 1].as_slice().into(), 4, 3).unwrap();
-/// assert_eq!(groups.ranges(), &[(0, 0, 1), (1, 1, 1), (2, 2, 2)]);
-/// assert_eq!(groups.order(), Some(&[1u32, 3, 0, 2][..]));
-/// ```
-#[derive(Debug, Clone)]
-pub struct RowsByPartition {
-    order: Option<Vec<u32>>,
-    ranges: Vec<(u32, usize, usize)>,
-}
-
-impl RowsByPartition {
-    /// Checks `ids` (one per row of a `rows`-row batch, no nulls, each below `num_partitions`)
-    /// and groups the rows by partition.
-    pub fn new(ids: PartitionIds<'_>, rows: usize, num_partitions: u32) -> Result<Self, Error> {
-        let (ids, counts) = count(ids, rows, num_partitions)?;
-        let (ranges, mut starts) = ranges_of(&counts);
-        if ranges.len() <= 1 {
-            // Every row goes to one partition (or there are none): no reordering.
-            return Ok(Self {
-                order: None,
-                ranges,
-            });
-        }
-        Ok(Self {
-            order: Some(order_of(ids, &mut starts)),
-            ranges,
-        })
-    }
-
-    /// `(partition, start, len)` of each non-empty partition in the grouped order, ascending by
-    /// partition.
-    pub fn ranges(&self) -> &[(u32, usize, usize)] {
-        &self.ranges
-    }
-
-    /// The input row at each position of the grouped order (input order within a partition),
-    /// or `None` when the rows need no reordering (at most one partition is non-empty).
-    pub fn order(&self) -> Option<&[u32]> {
-        self.order.as_deref()
-    }
-}
-
-/// Checks `ids` against a `rows`-row batch and `num_partitions`, and counts the rows of each
-/// partition: the ids as a slice, and one count per partition.
-fn count<'a>(
-    ids: PartitionIds<'a>,
-    rows: usize,
-    num_partitions: u32,
-) -> Result<(&'a [u32], Vec<usize>), Error> {
-    let ids = match ids {
-        PartitionIds::Array(array) => {
-            if let Some(nulls) = array.nulls().filter(|n| n.null_count() > 0) {
-                let row = nulls.iter().position(|valid| !valid).unwrap_or(0);
-                return Err(Error::NullPartitionId { row });
-            }
-            &array.values()[..]
-        }
-        PartitionIds::Slice(ids) => ids,
-    };
-    if ids.len() != rows {
-        let ids = ids.len();
-        return Err(Error::PartitionIdsLength { rows, ids });
-    }
-    let mut counts = vec![0usize; num_partitions as usize];
-    for (row, &id) in ids.iter().enumerate() {
-        match counts.get_mut(id as usize) {
-            Some(count) => *count += 1,
-            None => {
-                return Err(Error::PartitionIdOutOfRange {
-                    row,
-                    partition: id,
-                    num_partitions,
-                });
-            }
-        }
-    }
-    Ok((ids, counts))
-}
-
-/// The non-empty ranges of the grouped order, and where each partition's range starts.
-fn ranges_of(counts: &[usize]) -> (Vec<(u32, usize, usize)>, Vec<usize>) {
-    let mut ranges = Vec::new();
-    let mut starts = vec![0usize; counts.len()];
-    let mut next = 0;
-    for (partition, &count) in counts.iter().enumerate() {
-        starts[partition] = next;
-        if count > 0 {
-            ranges.push((partition as u32, next, count));
-        }
-        next += count;
-    }
-    (ranges, starts)
-}
-
-/// The input row at each position of the grouped order: a stable counting sort, `starts` being
-/// where each partition's range starts (advanced past it on return).
-fn order_of(ids: &[u32], starts: &mut [usize]) -> Vec<u32> {
-    let mut order = vec![0u32; ids.len()];
-    for (row, &id) in ids.iter().enumerate() {
-        let slot = &mut starts[id as usize];
-        order[*slot] = row as u32;
-        *slot += 1;
-    }
-    order
-}
 
 /// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`), groups the
 /// rows by partition and routes them ([`route_scattered`]): left where they are and tagged with
@@ -184,38 +46,33 @@ pub(crate) fn scatter_routed(
     num_partitions: u32,
     route: impl FnOnce(&RecordBatch, &[(u32, usize, usize)]) -> Scatter,
 ) -> Result<Scattered, (Error, RecordBatch)> {
-    let (ids, counts) = match count(ids, batch.num_rows(), num_partitions) {
+    let (mut groups, ids) = match RowsByPartition::count(ids, batch.num_rows(), num_partitions) {
         Ok(counted) => counted,
         Err(error) => return Err((error, batch)),
     };
-    let (ranges, mut starts) = ranges_of(&counts);
-    let routes = match route(&batch, &ranges) {
+    let ranges = groups.ranges().len();
+    let routes = match route(&batch, groups.ranges()) {
         Scatter::InPlace(config) => {
-            let mut index = vec![0u32; counts.len()];
-            for (k, &(partition, _, _)) in ranges.iter().enumerate() {
-                index[partition as usize] = k as u32;
-            }
-            let range_of_row = ids.iter().map(|&id| index[id as usize]).collect();
-            if let Some(direct) = Direct::new(&batch, range_of_row, ranges.len()) {
+            if let Some(direct) = Direct::new(&batch, groups.range_of_row(ids), ranges) {
                 return Ok(Scattered {
                     original: batch,
                     rows: Grouped::Direct(direct, config),
-                    ranges,
+                    ranges: groups.into_parts().0,
                 });
             }
             // Too many variable-length bytes to copy in place: reordered, every range copied.
-            vec![Route::Copy(config); ranges.len()]
+            vec![Route::Copy(config); ranges]
         }
         Scatter::Reorder(routes) => routes,
     };
-    let sorted = if ranges.len() <= 1 {
-        batch.clone()
-    } else {
-        let order = order_of(ids, &mut starts);
-        match take_record_batch(&batch, &UInt32Array::from(order)) {
+    groups.sort(ids);
+    let (ranges, order) = groups.into_parts();
+    let sorted = match order {
+        None => batch.clone(),
+        Some(order) => match take_record_batch(&batch, &UInt32Array::from(order)) {
             Ok(sorted) => sorted,
             Err(e) => return Err((Error::Arrow(std::sync::Arc::new(e)), batch)),
-        }
+        },
     };
     Ok(Scattered {
         original: batch,

@@ -23,8 +23,9 @@ use arrow_array::RecordBatch;
 
 use crate::buffer::ShardBuffer;
 use crate::error::{Error, WriteError};
+use crate::grouping::PartitionIds;
 use crate::route::{Route, route_batch};
-use crate::scatter::{PartitionIds, scatter};
+use crate::scatter::scatter;
 use crate::schema_check::conform;
 use crate::shard::{Shard, Stored};
 use crate::spiller::side::NeedGuard;
