@@ -12,9 +12,13 @@
 //! the per-call costs of arrow's kernels are paid once per input batch, not once per tiny shard
 //! (see `docs/architecture.md`, "Small shards: compaction on write and the scatter write").
 
+use std::sync::Arc;
+
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use arrow_select::take::take_record_batch;
+use arrow_shards_memory::sizing::batch_allocations;
+use arrow_shards_memory::{MemoryPool, MemoryReservation};
 
 use crate::compact::{CompactConfig, Direct};
 use crate::error::Error;
@@ -33,8 +37,9 @@ pub(crate) fn scatter(
     num_partitions: u32,
     compact: Option<CompactConfig>,
     schema: &SchemaRef,
+    pool: &Arc<dyn MemoryPool>,
 ) -> Result<Scattered, (Error, RecordBatch)> {
-    scatter_routed(batch, ids, num_partitions, |batch, ranges| {
+    scatter_routed(batch, ids, num_partitions, pool, |batch, ranges| {
         route_scattered(compact, schema, batch, ranges)
     })
 }
@@ -44,6 +49,7 @@ pub(crate) fn scatter_routed(
     batch: RecordBatch,
     ids: PartitionIds<'_>,
     num_partitions: u32,
+    pool: &Arc<dyn MemoryPool>,
     route: impl FnOnce(&RecordBatch, &[(u32, usize, usize)]) -> Scatter,
 ) -> Result<Scattered, (Error, RecordBatch)> {
     let (mut groups, ids) = match RowsByPartition::count(ids, batch.num_rows(), num_partitions) {
@@ -67,11 +73,17 @@ pub(crate) fn scatter_routed(
     };
     groups.sort(ids);
     let (ranges, order) = groups.into_parts();
+    let mut charge = MemoryReservation::new(pool);
     let sorted = match order {
         None => batch.clone(),
         Some(order) => match take_record_batch(&batch, &UInt32Array::from(order)) {
-            Ok(sorted) => sorted,
-            Err(e) => return Err((Error::Arrow(std::sync::Arc::new(e)), batch)),
+            Ok(sorted) => {
+                // The copy exists: charge it, past the limit if need be (a write that then does
+                // not fit waits with it charged, so the spiller makes room for it too).
+                charge.grow(batch_allocations(&sorted).iter().map(|a| a.capacity).sum());
+                sorted
+            }
+            Err(e) => return Err((Error::Arrow(Arc::new(e)), batch)),
         },
     };
     Ok(Scattered {
@@ -79,6 +91,7 @@ pub(crate) fn scatter_routed(
         rows: Grouped::Sorted(Sorted {
             batch: sorted,
             routes,
+            charge,
         }),
         ranges,
     })
@@ -90,6 +103,10 @@ mod tests {
     use std::sync::Arc;
 
     use arrow_array::{ArrayRef, Int64Array};
+
+    fn pool() -> Arc<dyn MemoryPool> {
+        Arc::new(arrow_shards_memory::UnboundedPool::new())
+    }
 
     /// Compaction at `target_rows`, any bytes.
     fn rows(target_rows: usize) -> Option<CompactConfig> {
@@ -110,7 +127,15 @@ mod tests {
     #[test]
     fn groups_rows_by_partition_keeping_input_order() {
         let ids = UInt32Array::from(vec![2, 0, 2, 1, 0, 2]);
-        let s = scatter(batch(6), (&ids).into(), 3, None, &batch(0).schema()).unwrap();
+        let s = scatter(
+            batch(6),
+            (&ids).into(),
+            3,
+            None,
+            &batch(0).schema(),
+            &pool(),
+        )
+        .unwrap();
         assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (2, 3, 3)]);
         let Grouped::Sorted(Sorted { batch: sorted, .. }) = &s.rows else {
             panic!("no copy target: reordered");
@@ -131,6 +156,7 @@ mod tests {
             2,
             None,
             &batch(0).schema(),
+            &pool(),
         )
         .unwrap_err();
         assert!(
@@ -144,6 +170,7 @@ mod tests {
             2,
             rows(8),
             &batch(0).schema(),
+            &pool(),
         )
         .unwrap_err();
         assert!(matches!(e, Error::NullPartitionId { row: 1 }), "{e}");
@@ -153,6 +180,7 @@ mod tests {
             2,
             rows(8),
             &batch(0).schema(),
+            &pool(),
         )
         .unwrap_err();
         assert!(
@@ -171,7 +199,15 @@ mod tests {
     #[test]
     fn one_partition_needs_no_copy() {
         let b = batch(4);
-        let s = scatter(b.clone(), (&vec![1u32; 4]).into(), 2, rows(8), &b.schema()).unwrap();
+        let s = scatter(
+            b.clone(),
+            (&vec![1u32; 4]).into(),
+            2,
+            rows(8),
+            &b.schema(),
+            &pool(),
+        )
+        .unwrap();
         assert_eq!(s.ranges, vec![(1, 0, 4)]);
         let Grouped::Sorted(Sorted { batch: sorted, .. }) = &s.rows else {
             panic!("one range: kept as it is");
@@ -182,16 +218,64 @@ mod tests {
     #[test]
     fn small_ranges_are_tagged_in_place_and_a_large_one_reorders() {
         let ids = [3u32, 0, 3, 1, 0, 3];
-        let s = scatter(batch(6), (&ids[..]).into(), 4, rows(4), &batch(0).schema()).unwrap();
+        let s = scatter(
+            batch(6),
+            (&ids[..]).into(),
+            4,
+            rows(4),
+            &batch(0).schema(),
+            &pool(),
+        )
+        .unwrap();
         assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (3, 3, 3)]);
         let Grouped::Direct(direct, _) = &s.rows else {
             panic!("every range below 4 rows: copied in place");
         };
         assert_eq!(direct.range_of_row, vec![2, 0, 2, 1, 0, 2]);
-        let s = scatter(batch(6), (&ids[..]).into(), 4, rows(3), &batch(0).schema()).unwrap();
+        let s = scatter(
+            batch(6),
+            (&ids[..]).into(),
+            4,
+            rows(3),
+            &batch(0).schema(),
+            &pool(),
+        )
+        .unwrap();
         assert!(
             matches!(&s.rows, Grouped::Sorted(_)),
             "partition 2 has 3 rows, not below 3: reordered"
         );
+    }
+
+    #[test]
+    fn the_reordered_copy_is_charged_until_it_is_dropped() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(arrow_shards_memory::BoundedPool::new(1 << 20));
+        let ids = [3u32, 0, 3, 1, 0, 3];
+        let s = scatter(
+            batch(6),
+            (&ids[..]).into(),
+            4,
+            None,
+            &batch(0).schema(),
+            &pool,
+        )
+        .unwrap();
+        let Grouped::Sorted(sorted) = &s.rows else {
+            panic!("compaction off: reordered");
+        };
+        assert!(pool.reserved() >= 6 * 8, "{}", pool.reserved());
+        assert_eq!(sorted.charge.size(), pool.reserved());
+        drop(s);
+        assert_eq!(pool.reserved(), 0);
+        // one partition: the batch as written, no copy, nothing charged
+        let s = scatter(
+            batch(6),
+            (&[1u32; 6][..]).into(),
+            4,
+            None,
+            &batch(0).schema(),
+            &pool,
+        );
+        assert_eq!((s.unwrap().ranges.len(), pool.reserved()), (1, 0));
     }
 }

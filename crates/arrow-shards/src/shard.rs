@@ -3,6 +3,7 @@
 
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_select::take::take_record_batch;
+use arrow_shards_memory::MemoryReservation;
 use arrow_shards_memory::sizing::{
     Allocation, batch_allocations, batch_data_bytes, batch_overhead,
 };
@@ -98,6 +99,9 @@ pub(crate) struct Sorted {
     pub(crate) batch: RecordBatch,
     /// Each range's route, in range order.
     pub(crate) routes: Vec<Route>,
+    /// The reordered copy's allocations, charged to the pool from the gather until the insert
+    /// takes them over (nothing when no copy was made); released if the write is dropped.
+    pub(crate) charge: MemoryReservation,
 }
 
 /// One write's rows on their way in.

@@ -285,8 +285,15 @@ impl ShardBuffer {
         let batch = conform(&self.shared.schema, batch)
             .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
         let (schema, compact) = (&self.shared.schema, self.shared.compact);
-        let scattered = scatter(batch, ids, self.shared.num_partitions, compact, schema)
-            .map_err(|(e, batch)| WriteError::new(error_partition(&e, partition), e, batch))?;
+        let scattered = scatter(
+            batch,
+            ids,
+            self.shared.num_partitions,
+            compact,
+            schema,
+            &self.shared.pool,
+        )
+        .map_err(|(e, batch)| WriteError::new(error_partition(&e, partition), e, batch))?;
         if scattered.ranges.is_empty() {
             return match self.shared.lock().check_open() {
                 Ok(()) => Ok((partition, Plan::Nothing)),

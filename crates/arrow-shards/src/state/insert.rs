@@ -63,8 +63,8 @@ impl State {
             Shard::Small(batch, config) => self
                 .try_insert_small(partition, &batch, &config)
                 .map_err(|e| (e, Shard::Small(batch, config))),
-            Shard::Scattered(scattered) => self
-                .try_insert_scattered(&scattered)
+            Shard::Scattered(mut scattered) => self
+                .try_insert_scattered(&mut scattered)
                 .map_err(|e| (e, Shard::Scattered(scattered))),
         }
     }
@@ -135,41 +135,54 @@ impl State {
     }
 
     /// Charges and stores every range of `scattered`, or none (refusing the whole batch).
-    fn try_insert_scattered(&mut self, scattered: &Scattered) -> Result<(), Error> {
-        for &(partition, _, _) in &scattered.ranges {
+    fn try_insert_scattered(&mut self, scattered: &mut Scattered) -> Result<(), Error> {
+        let Scattered {
+            original,
+            rows,
+            ranges,
+        } = scattered;
+        for &(partition, _, _) in ranges.iter() {
             self.check_writable(partition)?;
         }
-        let Sorted {
-            batch: sorted,
-            routes,
-        } = match &scattered.rows {
-            Grouped::Sorted(sorted) => sorted,
+        match rows {
+            Grouped::Sorted(sorted) => self.try_insert_sorted(sorted, ranges),
             Grouped::Direct(direct, config) => {
-                return self.try_insert_direct(
-                    &scattered.original,
-                    direct,
-                    &scattered.ranges,
-                    config,
-                );
+                self.try_insert_direct(original, direct, ranges, config)
             }
-        };
-        let mut whole = Vec::new();
-        let mut needed = 0;
-        // Ranges kept whole are slices of one reordered batch: its allocations count once.
-        let mut shared = Vec::new();
-        if routes.len() != scattered.ranges.len() {
+        }
+    }
+
+    /// Charges and stores every range of a reordered batch as its route says: copied into its
+    /// open batch, or kept whole as a slice (the slices share the batch's allocations, which
+    /// count once). The reordered copy itself is charged already (`sorted.charge`): its
+    /// allocations kept by slices move into the ledger from that charge, and the rest of it
+    /// stays reserved until the copies are made, so the pool covers the copy while it lives.
+    fn try_insert_sorted(
+        &mut self,
+        sorted: &mut Sorted,
+        ranges: &[(u32, usize, usize)],
+    ) -> Result<(), Error> {
+        let Sorted {
+            batch,
+            routes,
+            charge,
+        } = sorted;
+        if routes.len() != ranges.len() {
             return Err(Error::Internal(
                 "a scattered batch without a route per range",
             ));
         }
-        for (&(partition, start, len), route) in scattered.ranges.iter().zip(routes) {
+        let mut whole = Vec::new();
+        let mut needed = 0;
+        let mut shared = Vec::new();
+        for (&(partition, start, len), route) in ranges.iter().zip(routes.iter()) {
             match route {
                 Route::Copy(config) => {
                     self.check_route(config)?;
-                    needed += self.append_growth(partition, sorted, start, len, config);
+                    needed += self.append_growth(partition, batch, start, len, config);
                 }
                 Route::Whole => {
-                    let stored = Stored::share_of(sorted.slice(start, len), sorted.num_rows());
+                    let stored = Stored::share_of(batch.slice(start, len), batch.num_rows());
                     needed += stored.overhead;
                     shared.extend_from_slice(&stored.allocations);
                     whole.push((partition, stored));
@@ -178,11 +191,28 @@ impl State {
         }
         shared.sort_unstable_by_key(|a| a.ptr);
         shared.dedup_by_key(|a| a.ptr);
-        needed += self.allocations.added_bytes(&shared);
-        self.try_reserve(needed)?;
+        let kept = self.allocations.added_bytes(&shared);
+        let charged = charge.size();
+        // What the pool must give on top of the copy's charge, which already covers `kept`.
+        let more = needed + kept - kept.min(charged);
+        if let Err(e) = self.try_reserve(more) {
+            return Err(match e {
+                // The copy and the rest together need more than the whole limit: no wait makes
+                // room for that (the oversized rule sends it to disk).
+                Error::MemoryExhausted {
+                    reserved, limit, ..
+                } if more + charged > limit => Error::MemoryExhausted {
+                    needed: more + charged,
+                    reserved,
+                    limit,
+                },
+                e => e,
+            });
+        }
+        self.reservation.merge(charge.split(charged));
         let mut whole = whole.into_iter().peekable();
         let mut result = Ok(());
-        for (&(partition, start, len), route) in scattered.ranges.iter().zip(routes) {
+        for (&(partition, start, len), route) in ranges.iter().zip(routes.iter()) {
             let step = match (route, whole.next_if(|(p, _)| *p == partition)) {
                 (_, Some((_, stored))) => self.cut(partition).map(|()| {
                     self.allocations.insert(&stored.allocations);
@@ -191,7 +221,7 @@ impl State {
                     self.bytes_written += stored.size as u64;
                     self.push_stored(partition, stored);
                 }),
-                (Route::Copy(config), None) => self.append(partition, sorted, start, len, config),
+                (Route::Copy(config), None) => self.append(partition, batch, start, len, config),
                 (Route::Whole, None) => Err(Error::Internal("a range stored whole was not sized")),
             };
             if step.is_err() {
@@ -200,6 +230,7 @@ impl State {
                 break;
             }
         }
+        // Down to what is held: the copy's charge beyond the slices kept goes back to the pool.
         self.settle();
         if result.is_ok() {
             self.batches_written += 1;

@@ -129,7 +129,7 @@ proptest! {
                             routes => routes,
                         }
                     };
-                    let scattered = scatter_routed(batch(next, n), (&ids).into(), PARTITIONS, route)
+                    let scattered = scatter_routed(batch(next, n), (&ids).into(), PARTITIONS, &pool, route)
                         .map_err(|(e, _)| e)
                         .unwrap();
                     if state.try_insert(0, Shard::Scattered(Box::new(scattered))).is_ok() {
