@@ -70,27 +70,23 @@ pub(crate) fn route_batch(
 }
 
 /// The routes of `batch`'s rows grouped into `ranges` (`(partition, start, len)`, ascending by
-/// partition). Each range is routed by [`route`], its bytes being its share of the batch's
-/// (`copy_bytes(batch) * len / rows`, measured once per batch). The copy is made in place when
-/// every range is copied, there are at least two and every column is flat (`all_flat`);
-/// otherwise the batch is reordered and each range takes its own route.
+/// partition). Each range is routed by [`route`] on its rows alone: its bytes are not measured,
+/// because a range of a column copied as pieces (nested, dictionary) would count the whole
+/// batch's buffers, which sent every range of a 2 MiB all-types shuffle whole (and then to
+/// disk); an open batch is cut when it reaches the byte target anyway. The copy is made in
+/// place when every range is copied, there are at least two and every column is flat
+/// ([`all_flat`]); otherwise the batch is reordered and each range takes its own route.
 pub(crate) fn route_scattered(
     compact: Option<CompactConfig>,
     schema: &SchemaRef,
     batch: &RecordBatch,
     ranges: &[(u32, usize, usize)],
 ) -> Scatter {
-    let rows = batch.num_rows().max(1);
-    let mut total = None;
-    let mut total_bytes = || *total.get_or_insert_with(|| copy_bytes(batch));
     let mut copies = None;
     let mut copies_of = || *copies.get_or_insert_with(|| compactable(schema, batch));
     let routes: Vec<Route> = ranges
         .iter()
-        .map(|&(_, _, len)| {
-            let share = || (total_bytes() as u128 * len as u128 / rows as u128) as usize;
-            route(compact, len, share, &mut copies_of)
-        })
+        .map(|&(_, _, len)| route(compact, len, || 0, &mut copies_of))
         .collect();
     match compact {
         Some(config)
@@ -207,7 +203,7 @@ mod tests {
     }
 
     #[test]
-    fn a_range_at_a_target_is_stored_whole_and_the_others_copied_after_a_reorder() {
+    fn a_range_at_the_row_target_is_stored_whole_and_the_others_copied_after_a_reorder() {
         let batch = flat(100);
         let schema = batch.schema();
         let ranges = [(0, 0, 40), (3, 40, 60)];
@@ -216,14 +212,14 @@ mod tests {
             route_scattered(rows, &schema, &batch, &ranges),
             Scatter::Reorder(vec![Route::Copy(rows.unwrap()), Route::Whole])
         );
-        // by bytes: the 60-row range's share reaches the target, the 40-row one's does not
-        let share = |len: usize| copy_bytes(&batch) * len / 100;
-        let bytes = config(1000, share(60));
+        // ranges are routed by their rows alone, whatever the byte target
+        let bytes = config(1000, 1);
+        let copy = Route::Copy(bytes.unwrap());
         assert_eq!(
             route_scattered(bytes, &schema, &batch, &ranges),
-            Scatter::Reorder(vec![Route::Copy(bytes.unwrap()), Route::Whole])
+            Scatter::InPlace(bytes.unwrap())
         );
-        assert!(share(40) < share(60));
+        assert_eq!(route(bytes, 999, || 0, || true), copy);
     }
 
     #[test]

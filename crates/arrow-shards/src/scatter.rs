@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use arrow_select::take::take_record_batch;
-use arrow_shards_memory::sizing::batch_allocations;
+use arrow_shards_memory::sizing::{Allocation, batch_allocations};
 use arrow_shards_memory::{MemoryPool, MemoryReservation};
 
 use crate::compact::{CompactConfig, Direct};
@@ -74,13 +74,17 @@ pub(crate) fn scatter_routed(
     groups.sort(ids);
     let (ranges, order) = groups.into_parts();
     let mut charge = MemoryReservation::new(pool);
+    let mut copied = Vec::new();
     let sorted = match order {
         None => batch.clone(),
         Some(order) => match take_record_batch(&batch, &UInt32Array::from(order)) {
             Ok(sorted) => {
                 // The copy exists: charge it, past the limit if need be (a write that then does
-                // not fit waits with it charged, so the spiller makes room for it too).
-                charge.grow(batch_allocations(&sorted).iter().map(|a| a.capacity).sum());
+                // not fit waits with it charged, so the spiller makes room for it too). Only
+                // the buffers the gather made: those `take` shares with the batch as written
+                // (a dictionary's values) are the caller's.
+                copied = gathered(&batch, &sorted);
+                charge.grow(copied.iter().map(|a| a.capacity).sum());
                 sorted
             }
             Err(e) => return Err((Error::Arrow(Arc::new(e)), batch)),
@@ -92,9 +96,22 @@ pub(crate) fn scatter_routed(
             batch: sorted,
             routes,
             charge,
+            copied,
         }),
         ranges,
     })
+}
+
+/// The allocations of `sorted` (gathered from `batch`) that `batch` does not hold, by address.
+fn gathered(batch: &RecordBatch, sorted: &RecordBatch) -> Vec<Allocation> {
+    let mut written: Vec<usize> = batch_allocations(batch).iter().map(|a| a.ptr).collect();
+    written.sort_unstable();
+    let mut copied: Vec<Allocation> = batch_allocations(sorted)
+        .into_iter()
+        .filter(|a| written.binary_search(&a.ptr).is_err())
+        .collect();
+    copied.sort_unstable_by_key(|a| a.ptr);
+    copied
 }
 
 #[cfg(test)]
@@ -277,5 +294,32 @@ mod tests {
             &pool,
         );
         assert_eq!((s.unwrap().ranges.len(), pool.reserved()), (1, 0));
+    }
+
+    #[test]
+    fn buffers_the_gather_shares_with_the_batch_are_not_charged() {
+        use arrow_array::DictionaryArray;
+        use arrow_array::types::Int32Type;
+        let pool: Arc<dyn MemoryPool> = Arc::new(arrow_shards_memory::BoundedPool::new(1 << 20));
+        // 64 KB of dictionary values that `take` keeps as they are, 6 keys it copies
+        let values = (0..1000).map(|i| format!("{i:064}")).collect::<Vec<_>>();
+        let keys: DictionaryArray<Int32Type> = (0..6).map(|i| values[i * 100].as_str()).collect();
+        let keys = keys.with_values(Arc::new(arrow_array::StringArray::from(values.clone())));
+        let b = RecordBatch::try_from_iter([("d", Arc::new(keys) as ArrayRef)]).unwrap();
+        let s = scatter(
+            b.clone(),
+            (&[1u32, 0, 1, 0, 1, 0][..]).into(),
+            2,
+            None,
+            &b.schema(),
+            &pool,
+        );
+        let s = s.unwrap();
+        assert!(matches!(s.rows, Grouped::Sorted(_)));
+        assert!(
+            pool.reserved() > 0 && pool.reserved() < 1024,
+            "{}",
+            pool.reserved()
+        );
     }
 }

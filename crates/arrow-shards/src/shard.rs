@@ -99,9 +99,12 @@ pub(crate) struct Sorted {
     pub(crate) batch: RecordBatch,
     /// Each range's route, in range order.
     pub(crate) routes: Vec<Route>,
-    /// The reordered copy's allocations, charged to the pool from the gather until the insert
-    /// takes them over (nothing when no copy was made); released if the write is dropped.
+    /// The reordered copy's own allocations ([`copied`](Self::copied)), charged to the pool
+    /// from the gather until the insert takes them over (nothing when no copy was made);
+    /// released if the write is dropped.
     pub(crate) charge: MemoryReservation,
+    /// The allocations the gather made (not shared with the batch as written), by address.
+    pub(crate) copied: Vec<Allocation>,
 }
 
 /// One write's rows on their way in.

@@ -156,7 +156,9 @@ impl State {
     /// open batch, or kept whole as a slice (the slices share the batch's allocations, which
     /// count once). The reordered copy itself is charged already (`sorted.charge`): its
     /// allocations kept by slices move into the ledger from that charge, and the rest of it
-    /// stays reserved until the copies are made, so the pool covers the copy while it lives.
+    /// stays reserved until the copies are made, so the pool covers the copy while it lives
+    /// (unless the copy and the write's growth together exceed the whole limit: then the copy
+    /// goes uncharged, see below).
     fn try_insert_sorted(
         &mut self,
         sorted: &mut Sorted,
@@ -166,6 +168,7 @@ impl State {
             batch,
             routes,
             charge,
+            copied,
         } = sorted;
         if routes.len() != ranges.len() {
             return Err(Error::Internal(
@@ -192,24 +195,28 @@ impl State {
         shared.sort_unstable_by_key(|a| a.ptr);
         shared.dedup_by_key(|a| a.ptr);
         let kept = self.allocations.added_bytes(&shared);
+        // The copy's own allocations among those kept are charged already.
+        let covered: usize = shared
+            .iter()
+            .filter(|a| copied.binary_search_by_key(&a.ptr, |c| c.ptr).is_ok())
+            .map(|a| a.capacity)
+            .sum();
         let charged = charge.size();
-        // What the pool must give on top of the copy's charge, which already covers `kept`.
-        let more = needed + kept - kept.min(charged);
-        if let Err(e) = self.try_reserve(more) {
-            return Err(match e {
-                // The copy and the rest together need more than the whole limit: no wait makes
-                // room for that (the oversized rule sends it to disk).
-                Error::MemoryExhausted {
-                    reserved, limit, ..
-                } if more + charged > limit => Error::MemoryExhausted {
-                    needed: more + charged,
-                    reserved,
-                    limit,
-                },
-                e => e,
-            });
+        // What the pool must give on top of the copy's charge.
+        let more = needed + kept - covered.min(kept);
+        match self.try_reserve(more) {
+            Ok(()) => self.reservation.merge(charge.split(charged)),
+            // The copy and the rest together need more than the whole limit, so no wait would
+            // make room for both: the copy's charge is given back and the write charged as if
+            // it were not there (as before #30; it lives only until the ranges are copied),
+            // rather than sent to disk: under a tiny budget (2 MiB, small_budget.rs in the
+            // CLI's tests) a write's growth alone can be most of the limit.
+            Err(Error::MemoryExhausted { limit, .. }) if more + charged > limit => {
+                charge.free();
+                self.try_reserve(needed + kept)?;
+            }
+            Err(e) => return Err(e),
         }
-        self.reservation.merge(charge.split(charged));
         let mut whole = whole.into_iter().peekable();
         let mut result = Ok(());
         for (&(partition, start, len), route) in ranges.iter().zip(routes.iter()) {
