@@ -11,7 +11,7 @@
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use crate::compact::{CompactConfig, all_flat, compactable, copy_bytes};
+use crate::compact::{CompactConfig, copy_bytes, is_flat};
 
 /// How some rows of one write reach their partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +98,23 @@ pub(crate) fn route_scattered(
         }
         _ => Scatter::Reorder(routes),
     }
+}
+
+/// Whether a batch of `schema` can be copied into an open batch: nested columns only when their
+/// types are exactly the buffer's (the schema check lets nested nullability differ, and pieces of
+/// different types cannot be concatenated).
+pub(crate) fn compactable(schema: &SchemaRef, batch: &RecordBatch) -> bool {
+    schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .all(|(f, a)| is_flat(f.data_type()) || f.data_type() == a.data_type())
+}
+
+/// Whether every column of `schema` is of a flat type, which an open column copies itself: a
+/// scattered batch of such a schema may be copied in place (`OpenBatch::append_tagged`).
+pub(crate) fn all_flat(schema: &SchemaRef) -> bool {
+    schema.fields().iter().all(|f| is_flat(f.data_type()))
 }
 
 #[cfg(test)]

@@ -116,13 +116,12 @@ impl Buffer {
     }
 
     /// Writes each row of `batch` to the partition `ids` names; waits while the spiller makes
-    /// room. Under a limit the batch goes in slices of at most a thread's share of the
-    /// in-flight allowance ([`split_limit`]), so that the batches in flight and their
-    /// reordered copies stay within `--memory-limit` beside the buffer's own limit.
+    /// room. Under a limit the batch goes in slices of at most [`split_limit`]'s slice, so
+    /// that a reordered copy (charged to the buffer's pool) stays a small part of it.
     pub(crate) fn write_partitioned(
         &self,
         batch: RecordBatch,
-        ids: &[u32],
+        ids: UInt32Array,
     ) -> Result<(), CliError> {
         let rows = batch.num_rows();
         let step = match self.settings.memory_limit {
@@ -137,12 +136,11 @@ impl Buffer {
         };
         let parts = (0..rows).step_by(step).map(|start| {
             let len = step.min(rows - start);
-            let part = if len == rows {
-                batch.clone()
+            if len == rows {
+                (batch.clone(), ids.clone())
             } else {
-                batch.slice(start, len)
-            };
-            (part, UInt32Array::from(ids[start..start + len].to_vec()))
+                (batch.slice(start, len), ids.slice(start, len))
+            }
         });
         self.inner
             .write_partitioned_all_blocking(parts)

@@ -12,7 +12,7 @@
 //! This file owns the rows' tags ([`Direct`]: each row's range, each range's variable-length
 //! bytes per column, the grouped order); the copy itself is [`OpenBatch::append_tagged`]. Only
 //! for batches whose columns are all of the flat types an open column copies itself
-//! (`batch::all_flat`) and whose ranges are all below the compaction target.
+//! (`crate::route::all_flat`) and whose ranges are all below the compaction target.
 
 use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;

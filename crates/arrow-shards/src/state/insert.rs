@@ -3,6 +3,7 @@
 //! charged before it is stored, and stored whole or not at all. Which rows are copied was
 //! decided before the lock ([`crate::route`]); a copy's route brings its compaction settings.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -81,6 +82,12 @@ impl State {
         let rows = batch.num_rows();
         self.try_reserve(self.append_growth(partition, batch, 0, rows, config))?;
         let result = self.append(partition, batch, 0, rows, config);
+        self.settled(result)
+    }
+
+    /// The end of every insert that reserved: the reservation settled to what is held, and the
+    /// write counted if it went in.
+    fn settled(&mut self, result: Result<(), Error>) -> Result<(), Error> {
         self.settle();
         if result.is_ok() {
             self.batches_written += 1;
@@ -238,11 +245,7 @@ impl State {
             }
         }
         // Down to what is held: the copy's charge beyond the slices kept goes back to the pool.
-        self.settle();
-        if result.is_ok() {
-            self.batches_written += 1;
-        }
-        result
+        self.settled(result)
     }
 
     /// Charges `batch`'s rows and copies each straight into its partition's open batch
@@ -260,22 +263,11 @@ impl State {
         let mut needed = 0;
         for (k, &(partition, _, len)) in ranges.iter().enumerate() {
             let var = |c: usize| direct.var(c, k);
-            let p = &self.partitions[partition as usize];
-            needed += match &p.open {
-                Some(open) if !open.is_full_for(config, len) => {
-                    open.growth_of_rows(len, var, &has_nulls, config)
-                }
-                Some(open) => OpenBatch::fresh_charge_of_rows(
+            needed += match self.landing(partition, len, config) {
+                Landing::Open(open) => open.growth_of_rows(len, var, &has_nulls, config),
+                Landing::Fresh(start) => OpenBatch::fresh_charge_of_rows(
                     &self.schema,
-                    &open.next_start(),
-                    len,
-                    var,
-                    &has_nulls,
-                    config,
-                ),
-                None => OpenBatch::fresh_charge_of_rows(
-                    &self.schema,
-                    &p.start,
+                    &start,
                     len,
                     var,
                     &has_nulls,
@@ -285,11 +277,7 @@ impl State {
         }
         self.try_reserve(needed)?;
         let result = self.copy_direct(batch, direct, ranges, config);
-        self.settle();
-        if result.is_ok() {
-            self.batches_written += 1;
-        }
-        result
+        self.settled(result)
     }
 
     /// The reserved part of [`try_insert_direct`](Self::try_insert_direct): cuts the open
@@ -303,13 +291,7 @@ impl State {
         config: &CompactConfig,
     ) -> Result<(), Error> {
         for &(partition, _, len) in ranges {
-            let full = self.partitions[partition as usize]
-                .open
-                .as_ref()
-                .is_some_and(|o| o.is_full_for(config, len));
-            if full {
-                self.cut(partition)?;
-            }
+            self.cut_if_full_for(partition, len, config)?;
         }
         let lens: Vec<usize> = ranges.iter().map(|r| r.2).collect();
         let mut before = Vec::with_capacity(ranges.len());
@@ -351,16 +333,40 @@ impl State {
         config: &CompactConfig,
     ) -> usize {
         // A cut never adds to the charge (`OpenBatch::bytes`), so only the append counts.
+        match self.landing(partition, len, config) {
+            Landing::Open(open) => open.growth(batch, start, len, config),
+            Landing::Fresh(from) => {
+                OpenBatch::fresh_charge(&self.schema, &from, batch, start, len, config)
+            }
+        }
+    }
+
+    /// Where `len` more rows for `partition` land: its open batch, or a fresh one (none yet, or
+    /// the open one is full for them and is cut first: the fresh one starts where it leaves off).
+    fn landing(&self, partition: u32, len: usize, config: &CompactConfig) -> Landing<'_> {
         let p = &self.partitions[partition as usize];
         match &p.open {
-            Some(open) if !open.is_full_for(config, len) => open.growth(batch, start, len, config),
-            // Cut first: the fresh batch starts where this one leaves off.
-            Some(open) => {
-                let next = open.next_start();
-                OpenBatch::fresh_charge(&self.schema, &next, batch, start, len, config)
-            }
-            None => OpenBatch::fresh_charge(&self.schema, &p.start, batch, start, len, config),
+            Some(open) if !open.is_full_for(config, len) => Landing::Open(open),
+            Some(open) => Landing::Fresh(Cow::Owned(open.next_start())),
+            None => Landing::Fresh(Cow::Borrowed(&p.start)),
         }
+    }
+
+    /// Cuts `partition`'s open batch if `len` more rows would pass a target.
+    fn cut_if_full_for(
+        &mut self,
+        partition: u32,
+        len: usize,
+        config: &CompactConfig,
+    ) -> Result<(), Error> {
+        let full = self.partitions[partition as usize]
+            .open
+            .as_ref()
+            .is_some_and(|o| o.is_full_for(config, len));
+        if full {
+            self.cut(partition)?;
+        }
+        Ok(())
     }
 
     /// Copies `batch[start..start + len]` into `partition`'s open batch, cutting it first if it
@@ -373,13 +379,7 @@ impl State {
         len: usize,
         config: &CompactConfig,
     ) -> Result<(), Error> {
-        let full = self.partitions[partition as usize]
-            .open
-            .as_ref()
-            .is_some_and(|o| o.is_full_for(config, len));
-        if full {
-            self.cut(partition)?;
-        }
+        self.cut_if_full_for(partition, len, config)?;
         let schema = Arc::clone(&self.schema);
         let p = &mut self.partitions[partition as usize];
         let open = p
@@ -424,4 +424,12 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// Where an append lands (see [`State::landing`]).
+enum Landing<'a> {
+    /// The partition's open batch.
+    Open(&'a OpenBatch),
+    /// A new open batch starting at this size.
+    Fresh(Cow<'a, Start>),
 }
