@@ -102,7 +102,8 @@ impl ShardBuffer {
         I: IntoIterator<Item = (u32, RecordBatch)>,
     {
         each(batches.into_iter(), |(partition, batch)| {
-            self.write_blocking(partition, batch).map_err(|e| (e, None))
+            self.write_blocking(partition, batch)
+                .map_err(|e| Box::new((e, None)))
         })
     }
 
@@ -114,7 +115,9 @@ impl ShardBuffer {
         S: Stream<Item = (u32, RecordBatch)> + Unpin,
     {
         each_async(batches, |(partition, batch)| async move {
-            self.write(partition, batch).await.map_err(|e| (e, None))
+            self.write(partition, batch)
+                .await
+                .map_err(|e| Box::new((e, None)))
         })
         .await
     }
@@ -131,7 +134,7 @@ impl ShardBuffer {
     {
         each(batches.into_iter(), |(batch, ids)| {
             let result = self.write_partitioned_blocking(batch, &ids);
-            result.map_err(|e| (e, Some(ids)))
+            result.map_err(|e| Box::new((e, Some(ids))))
         })
     }
 
@@ -147,7 +150,7 @@ impl ShardBuffer {
     {
         each_async(batches, |(batch, ids)| async move {
             let result = self.write_partitioned(batch, &ids).await;
-            result.map_err(|e| (e, Some(ids)))
+            result.map_err(|e| Box::new((e, Some(ids))))
         })
         .await
     }
@@ -170,8 +173,9 @@ impl Input for (RecordBatch, UInt32Array) {
     }
 }
 
-/// A refused input: the write's error, and the ids of a partitioned write.
-type Refused = (WriteError, Option<UInt32Array>);
+/// A refused input: the write's error, and the ids of a partitioned write (boxed: the error
+/// path only).
+type Refused = Box<(WriteError, Option<UInt32Array>)>;
 
 /// The blocking loop: `write` each input of `rest` in turn, stopping at the first refusal.
 fn each<I>(
@@ -185,7 +189,8 @@ where
     let mut written = Written::default();
     for input in rest.by_ref() {
         let rows = input.rows();
-        if let Err((refused, ids)) = write(input) {
+        if let Err(refused) = write(input) {
+            let (refused, ids) = *refused;
             return Err(stopped(refused, ids, rest, written));
         }
         written.add(rows);
@@ -206,7 +211,8 @@ where
     let mut written = Written::default();
     while let Some(input) = rest.next().await {
         let rows = input.rows();
-        if let Err((refused, ids)) = write(input).await {
+        if let Err(refused) = write(input).await {
+            let (refused, ids) = *refused;
             return Err(stopped(refused, ids, rest, written));
         }
         written.add(rows);

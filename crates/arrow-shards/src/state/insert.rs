@@ -153,9 +153,12 @@ impl State {
         }
         match rows {
             Grouped::Sorted(sorted) => self.try_insert_sorted(sorted, ranges),
-            Grouped::Direct(direct, config) => {
-                self.try_insert_direct(original, direct, ranges, config)
-            }
+            Grouped::Direct(direct, config) => self.try_insert_direct(InPlace {
+                batch: original,
+                direct,
+                ranges,
+                config,
+            }),
         }
     }
 
@@ -209,8 +212,9 @@ impl State {
             .map(|a| a.capacity)
             .sum();
         let charged = charge.size();
-        // What the pool must give on top of the copy's charge.
-        let more = needed + kept - covered.min(kept);
+        // What the pool must give on top of the copy's charge (none once that charge was given
+        // back, by an earlier try of this write).
+        let more = needed + kept - covered.min(kept).min(charged);
         match self.try_reserve(more) {
             Ok(()) => self.reservation.merge(charge.split(charged)),
             // The copy and the rest together need more than the whole limit, so no wait would
@@ -248,16 +252,16 @@ impl State {
         self.settled(result)
     }
 
-    /// Charges `batch`'s rows and copies each straight into its partition's open batch
+    /// Charges a batch's rows and copies each straight into its partition's open batch
     /// ([`compact::copy_rows`]), or refuses the whole batch. Every range is below the compaction
     /// target and every column flat (the scatter chose [`Grouped::Direct`]).
-    fn try_insert_direct(
-        &mut self,
-        batch: &RecordBatch,
-        direct: &Direct,
-        ranges: &[(u32, usize, usize)],
-        config: &CompactConfig,
-    ) -> Result<(), Error> {
+    fn try_insert_direct(&mut self, rows: InPlace<'_>) -> Result<(), Error> {
+        let InPlace {
+            batch,
+            direct,
+            ranges,
+            config,
+        } = rows;
         self.check_route(config)?;
         let has_nulls: Vec<bool> = batch.columns().iter().map(|a| a.null_count() > 0).collect();
         let mut needed = 0;
@@ -276,20 +280,15 @@ impl State {
             };
         }
         self.try_reserve(needed)?;
-        let result = self.copy_direct(batch, direct, ranges, config);
+        let result = self.copy_direct(rows);
         self.settled(result)
     }
 
     /// The reserved part of [`try_insert_direct`](Self::try_insert_direct): cuts the open
     /// batches that are full for their range, copies the rows, then books each partition's new
     /// charge and cuts those that reached a target.
-    fn copy_direct(
-        &mut self,
-        batch: &RecordBatch,
-        direct: &Direct,
-        ranges: &[(u32, usize, usize)],
-        config: &CompactConfig,
-    ) -> Result<(), Error> {
+    fn copy_direct(&mut self, rows: InPlace<'_>) -> Result<(), Error> {
+        let (ranges, config) = (rows.ranges, rows.config);
         for &(partition, _, len) in ranges {
             self.cut_if_full_for(partition, len, config)?;
         }
@@ -314,7 +313,7 @@ impl State {
                 rest = tail;
                 base = partition as usize + 1;
             }
-            compact::copy_rows(&mut targets, batch, direct, &lens, config)
+            compact::copy_rows(&mut targets, rows.batch, rows.direct, &lens, config)
                 .map_err(|e| Error::Arrow(Arc::new(e)))?;
         }
         for (&(partition, _, len), data_before) in ranges.iter().zip(before) {
@@ -432,4 +431,14 @@ enum Landing<'a> {
     Open(&'a OpenBatch),
     /// A new open batch starting at this size.
     Fresh(Cow<'a, Start>),
+}
+
+/// A scattered batch copied in place: its rows, their tags, its ranges and the settings its
+/// route brought.
+#[derive(Clone, Copy)]
+struct InPlace<'a> {
+    batch: &'a RecordBatch,
+    direct: &'a Direct,
+    ranges: &'a [(u32, usize, usize)],
+    config: &'a CompactConfig,
 }
