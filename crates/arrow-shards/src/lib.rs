@@ -80,10 +80,12 @@ mod config;
 mod error;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod fuzz;
+mod grouping;
 mod leftovers;
 mod metrics;
 mod oversized;
 mod read;
+mod route;
 mod scatter;
 mod schema_check;
 mod shard;
@@ -109,9 +111,9 @@ pub use builder::{
 };
 pub use config::MIN_SPILL_ROUND_BYTES;
 pub use error::{ConfigError, Error, WriteError};
+pub use grouping::{PartitionIds, RowsByPartition};
 pub use metrics::Metrics;
 pub use read::{PartitionReader, PartitionStream};
-pub use scatter::{PartitionIds, RowsByPartition};
 pub use shard::batch_cost;
 pub use state::PartitionSize;
 pub use subscribe::{SubscriptionReader, SubscriptionStream};

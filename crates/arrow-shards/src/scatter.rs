@@ -1,7 +1,8 @@
 //! The scatter write's first step: check a batch's partition ids and group its rows by
-//! partition, in O(rows + partitions).
+//! partition ([`RowsByPartition`], in O(rows + partitions)), route them ([`crate::route`]) and
+//! prepare the rows for the insert.
 //!
-//! Two ways, chosen here, outside the buffer's lock. In the common case (compaction on, every
+//! Two ways, chosen outside the buffer's lock. In the common case (compaction on, every
 //! column flat, every partition's share below the compaction target) the rows stay where they
 //! are, each tagged with its partition's range, and are copied row by row into the open
 //! batches ([`Grouped::Direct`], `compact/direct.rs`): no reordering copy at all. Otherwise they
@@ -11,201 +12,106 @@
 //! the per-call costs of arrow's kernels are paid once per input batch, not once per tiny shard
 //! (see `docs/architecture.md`, "Small shards: compaction on write and the scatter write").
 
-use arrow_array::{Array, RecordBatch, UInt32Array};
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_schema::SchemaRef;
 use arrow_select::take::take_record_batch;
+use arrow_shards_memory::sizing::{Allocation, batch_allocations};
+use arrow_shards_memory::{MemoryPool, MemoryReservation};
 
-use crate::compact::Direct;
+use crate::compact::{CompactConfig, Direct};
 use crate::error::Error;
-use crate::shard::{Grouped, Scattered};
+use crate::grouping::{PartitionIds, RowsByPartition};
+use crate::route::{Route, Scatter, route_scattered};
+use crate::shard::{Grouped, Scattered, Sorted};
 
-/// The partition of each row of a scatter write: a `UInt32Array` (no nulls) or a `&[u32]`.
-#[derive(Debug, Clone, Copy)]
-pub enum PartitionIds<'a> {
-    /// An Arrow array; a null id is an error.
-    Array(&'a UInt32Array),
-    /// Plain ids.
-    Slice(&'a [u32]),
-}
-
-impl<'a> From<&'a UInt32Array> for PartitionIds<'a> {
-    fn from(ids: &'a UInt32Array) -> Self {
-        PartitionIds::Array(ids)
-    }
-}
-
-impl<'a> From<&'a [u32]> for PartitionIds<'a> {
-    fn from(ids: &'a [u32]) -> Self {
-        PartitionIds::Slice(ids)
-    }
-}
-
-impl<'a> From<&'a Vec<u32>> for PartitionIds<'a> {
-    fn from(ids: &'a Vec<u32>) -> Self {
-        PartitionIds::Slice(ids)
-    }
-}
-
-/// The rows of a batch grouped by partition: a stable counting sort of their partition ids,
-/// in O(rows + partitions). The scatter write's grouping, public so that code splitting batches
-/// by partition itself (a benchmark's producers, an engine's own shard writer) shares it.
-///
-/// ```
-/// use arrow_shards::RowsByPartition;
-///
-/// let groups = RowsByPartition::new([2u32, 0, 2, 1].as_slice().into(), 4, 3).unwrap();
-/// assert_eq!(groups.ranges(), &[(0, 0, 1), (1, 1, 1), (2, 2, 2)]);
-/// assert_eq!(groups.order(), Some(&[1u32, 3, 0, 2][..]));
-/// ```
-#[derive(Debug, Clone)]
-pub struct RowsByPartition {
-    order: Option<Vec<u32>>,
-    ranges: Vec<(u32, usize, usize)>,
-}
-
-impl RowsByPartition {
-    /// Checks `ids` (one per row of a `rows`-row batch, no nulls, each below `num_partitions`)
-    /// and groups the rows by partition.
-    pub fn new(ids: PartitionIds<'_>, rows: usize, num_partitions: u32) -> Result<Self, Error> {
-        let (ids, counts) = count(ids, rows, num_partitions)?;
-        let (ranges, mut starts) = ranges_of(&counts);
-        if ranges.len() <= 1 {
-            // Every row goes to one partition (or there are none): no reordering.
-            return Ok(Self {
-                order: None,
-                ranges,
-            });
-        }
-        Ok(Self {
-            order: Some(order_of(ids, &mut starts)),
-            ranges,
-        })
-    }
-
-    /// `(partition, start, len)` of each non-empty partition in the grouped order, ascending by
-    /// partition.
-    pub fn ranges(&self) -> &[(u32, usize, usize)] {
-        &self.ranges
-    }
-
-    /// The input row at each position of the grouped order (input order within a partition),
-    /// or `None` when the rows need no reordering (at most one partition is non-empty).
-    pub fn order(&self) -> Option<&[u32]> {
-        self.order.as_deref()
-    }
-}
-
-/// Checks `ids` against a `rows`-row batch and `num_partitions`, and counts the rows of each
-/// partition: the ids as a slice, and one count per partition.
-fn count<'a>(
-    ids: PartitionIds<'a>,
-    rows: usize,
-    num_partitions: u32,
-) -> Result<(&'a [u32], Vec<usize>), Error> {
-    let ids = match ids {
-        PartitionIds::Array(array) => {
-            if let Some(nulls) = array.nulls().filter(|n| n.null_count() > 0) {
-                let row = nulls.iter().position(|valid| !valid).unwrap_or(0);
-                return Err(Error::NullPartitionId { row });
-            }
-            &array.values()[..]
-        }
-        PartitionIds::Slice(ids) => ids,
-    };
-    if ids.len() != rows {
-        let ids = ids.len();
-        return Err(Error::PartitionIdsLength { rows, ids });
-    }
-    let mut counts = vec![0usize; num_partitions as usize];
-    for (row, &id) in ids.iter().enumerate() {
-        match counts.get_mut(id as usize) {
-            Some(count) => *count += 1,
-            None => {
-                return Err(Error::PartitionIdOutOfRange {
-                    row,
-                    partition: id,
-                    num_partitions,
-                });
-            }
-        }
-    }
-    Ok((ids, counts))
-}
-
-/// The non-empty ranges of the grouped order, and where each partition's range starts.
-fn ranges_of(counts: &[usize]) -> (Vec<(u32, usize, usize)>, Vec<usize>) {
-    let mut ranges = Vec::new();
-    let mut starts = vec![0usize; counts.len()];
-    let mut next = 0;
-    for (partition, &count) in counts.iter().enumerate() {
-        starts[partition] = next;
-        if count > 0 {
-            ranges.push((partition as u32, next, count));
-        }
-        next += count;
-    }
-    (ranges, starts)
-}
-
-/// The input row at each position of the grouped order: a stable counting sort, `starts` being
-/// where each partition's range starts (advanced past it on return).
-fn order_of(ids: &[u32], starts: &mut [usize]) -> Vec<u32> {
-    let mut order = vec![0u32; ids.len()];
-    for (row, &id) in ids.iter().enumerate() {
-        let slot = &mut starts[id as usize];
-        order[*slot] = row as u32;
-        *slot += 1;
-    }
-    order
-}
-
-/// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`) and groups the
-/// rows by partition. With `copy_below` set (compaction on, every column of a flat type) and
-/// every partition's share of the batch below it, the rows stay where they are and each is
-/// tagged with its range, to be copied straight into the open batches ([`Grouped::Direct`]);
-/// otherwise they are reordered with one `take` ([`Grouped::Sorted`]). The error hands `batch`
-/// back.
+/// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`), groups the
+/// rows by partition and routes them ([`route_scattered`]): left where they are and tagged with
+/// their ranges, to be copied straight into the open batches ([`Grouped::Direct`]), or
+/// reordered with one `take` ([`Grouped::Sorted`]; not when one partition has every row). The
+/// error hands `batch` back.
 pub(crate) fn scatter(
     batch: RecordBatch,
     ids: PartitionIds<'_>,
     num_partitions: u32,
-    copy_below: Option<usize>,
+    compact: Option<CompactConfig>,
+    schema: &SchemaRef,
+    pool: &Arc<dyn MemoryPool>,
 ) -> Result<Scattered, (Error, RecordBatch)> {
-    let (ids, counts) = match count(ids, batch.num_rows(), num_partitions) {
+    scatter_routed(batch, ids, num_partitions, pool, |batch, ranges| {
+        route_scattered(compact, schema, batch, ranges)
+    })
+}
+
+/// [`scatter`] with the routes chosen by `route` (tests choose the reordering path with it).
+pub(crate) fn scatter_routed(
+    batch: RecordBatch,
+    ids: PartitionIds<'_>,
+    num_partitions: u32,
+    pool: &Arc<dyn MemoryPool>,
+    route: impl FnOnce(&RecordBatch, &[(u32, usize, usize)]) -> Scatter,
+) -> Result<Scattered, (Error, RecordBatch)> {
+    let (mut groups, ids) = match RowsByPartition::count(ids, batch.num_rows(), num_partitions) {
         Ok(counted) => counted,
         Err(error) => return Err((error, batch)),
     };
-    let (ranges, mut starts) = ranges_of(&counts);
-    if ranges.len() <= 1 {
-        let sorted = batch.clone();
-        return Ok(Scattered {
-            original: batch,
-            rows: Grouped::Sorted(sorted),
-            ranges,
-        });
-    }
-    if copy_below.is_some_and(|below| ranges.iter().all(|&(_, _, len)| len < below)) {
-        let mut index = vec![0u32; counts.len()];
-        for (k, &(partition, _, _)) in ranges.iter().enumerate() {
-            index[partition as usize] = k as u32;
+    let ranges = groups.ranges().len();
+    let routes = match route(&batch, groups.ranges()) {
+        Scatter::InPlace(config) => {
+            if let Some(direct) = Direct::new(&batch, groups.range_of_row(ids), ranges) {
+                return Ok(Scattered {
+                    original: batch,
+                    rows: Grouped::Direct(direct, config),
+                    ranges: groups.into_parts().0,
+                });
+            }
+            // Too many variable-length bytes to copy in place: reordered, every range copied.
+            vec![Route::Copy(config); ranges]
         }
-        let range_of_row = ids.iter().map(|&id| index[id as usize]).collect();
-        if let Some(direct) = Direct::new(&batch, range_of_row, ranges.len()) {
-            return Ok(Scattered {
-                original: batch,
-                rows: Grouped::Direct(direct),
-                ranges,
-            });
-        }
-    }
-    let order = order_of(ids, &mut starts);
-    match take_record_batch(&batch, &UInt32Array::from(order)) {
-        Ok(sorted) => Ok(Scattered {
-            original: batch,
-            rows: Grouped::Sorted(sorted),
-            ranges,
+        Scatter::Reorder(routes) => routes,
+    };
+    groups.sort(ids);
+    let (ranges, order) = groups.into_parts();
+    let mut charge = MemoryReservation::new(pool);
+    let mut copied = Vec::new();
+    let sorted = match order {
+        None => batch.clone(),
+        Some(order) => match take_record_batch(&batch, &UInt32Array::from(order)) {
+            Ok(sorted) => {
+                // The copy exists: charge it, past the limit if need be (a write that then does
+                // not fit waits with it charged, so the spiller makes room for it too). Only
+                // the buffers the gather made: those `take` shares with the batch as written
+                // (a dictionary's values) are the caller's.
+                copied = gathered(&batch, &sorted);
+                charge.grow(copied.iter().map(|a| a.capacity).sum());
+                sorted
+            }
+            Err(e) => return Err((Error::Arrow(Arc::new(e)), batch)),
+        },
+    };
+    Ok(Scattered {
+        original: batch,
+        rows: Grouped::Sorted(Sorted {
+            batch: sorted,
+            routes,
+            charge,
+            copied,
         }),
-        Err(e) => Err((Error::Arrow(std::sync::Arc::new(e)), batch)),
-    }
+        ranges,
+    })
+}
+
+/// The allocations of `sorted` (gathered from `batch`) that `batch` does not hold, by address.
+fn gathered(batch: &RecordBatch, sorted: &RecordBatch) -> Vec<Allocation> {
+    let mut written: Vec<usize> = batch_allocations(batch).iter().map(|a| a.ptr).collect();
+    written.sort_unstable();
+    let mut copied: Vec<Allocation> = batch_allocations(sorted)
+        .into_iter()
+        .filter(|a| written.binary_search(&a.ptr).is_err())
+        .collect();
+    copied.sort_unstable_by_key(|a| a.ptr);
+    copied
 }
 
 #[cfg(test)]
@@ -214,6 +120,18 @@ mod tests {
     use std::sync::Arc;
 
     use arrow_array::{ArrayRef, Int64Array};
+
+    fn pool() -> Arc<dyn MemoryPool> {
+        Arc::new(arrow_shards_memory::UnboundedPool::new())
+    }
+
+    /// Compaction at `target_rows`, any bytes.
+    fn rows(target_rows: usize) -> Option<CompactConfig> {
+        Some(CompactConfig {
+            target_rows,
+            target_bytes: 1 << 30,
+        })
+    }
 
     fn batch(n: i64) -> RecordBatch {
         RecordBatch::try_from_iter([(
@@ -226,9 +144,17 @@ mod tests {
     #[test]
     fn groups_rows_by_partition_keeping_input_order() {
         let ids = UInt32Array::from(vec![2, 0, 2, 1, 0, 2]);
-        let s = scatter(batch(6), (&ids).into(), 3, None).unwrap();
+        let s = scatter(
+            batch(6),
+            (&ids).into(),
+            3,
+            None,
+            &batch(0).schema(),
+            &pool(),
+        )
+        .unwrap();
         assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (2, 3, 3)]);
-        let Grouped::Sorted(sorted) = &s.rows else {
+        let Grouped::Sorted(Sorted { batch: sorted, .. }) = &s.rows else {
             panic!("no copy target: reordered");
         };
         let a = sorted
@@ -241,8 +167,15 @@ mod tests {
 
     #[test]
     fn bad_ids_are_refused_with_the_batch() {
-        let (e, b) =
-            scatter(batch(3), (&UInt32Array::from(vec![0, 1])).into(), 2, None).unwrap_err();
+        let (e, b) = scatter(
+            batch(3),
+            (&UInt32Array::from(vec![0, 1])).into(),
+            2,
+            None,
+            &batch(0).schema(),
+            &pool(),
+        )
+        .unwrap_err();
         assert!(
             matches!(e, Error::PartitionIdsLength { rows: 3, ids: 2 }),
             "{e}"
@@ -252,11 +185,21 @@ mod tests {
             batch(3),
             (&UInt32Array::from(vec![Some(0), None, Some(1)])).into(),
             2,
-            Some(8),
+            rows(8),
+            &batch(0).schema(),
+            &pool(),
         )
         .unwrap_err();
         assert!(matches!(e, Error::NullPartitionId { row: 1 }), "{e}");
-        let (e, _) = scatter(batch(3), (&[0u32, 1, 7][..]).into(), 2, Some(8)).unwrap_err();
+        let (e, _) = scatter(
+            batch(3),
+            (&[0u32, 1, 7][..]).into(),
+            2,
+            rows(8),
+            &batch(0).schema(),
+            &pool(),
+        )
+        .unwrap_err();
         assert!(
             matches!(
                 e,
@@ -273,9 +216,17 @@ mod tests {
     #[test]
     fn one_partition_needs_no_copy() {
         let b = batch(4);
-        let s = scatter(b.clone(), (&vec![1u32; 4]).into(), 2, Some(8)).unwrap();
+        let s = scatter(
+            b.clone(),
+            (&vec![1u32; 4]).into(),
+            2,
+            rows(8),
+            &b.schema(),
+            &pool(),
+        )
+        .unwrap();
         assert_eq!(s.ranges, vec![(1, 0, 4)]);
-        let Grouped::Sorted(sorted) = &s.rows else {
+        let Grouped::Sorted(Sorted { batch: sorted, .. }) = &s.rows else {
             panic!("one range: kept as it is");
         };
         assert!(Arc::ptr_eq(sorted.column(0), b.column(0)));
@@ -284,16 +235,91 @@ mod tests {
     #[test]
     fn small_ranges_are_tagged_in_place_and_a_large_one_reorders() {
         let ids = [3u32, 0, 3, 1, 0, 3];
-        let s = scatter(batch(6), (&ids[..]).into(), 4, Some(4)).unwrap();
+        let s = scatter(
+            batch(6),
+            (&ids[..]).into(),
+            4,
+            rows(4),
+            &batch(0).schema(),
+            &pool(),
+        )
+        .unwrap();
         assert_eq!(s.ranges, vec![(0, 0, 2), (1, 2, 1), (3, 3, 3)]);
-        let Grouped::Direct(direct) = &s.rows else {
+        let Grouped::Direct(direct, _) = &s.rows else {
             panic!("every range below 4 rows: copied in place");
         };
         assert_eq!(direct.range_of_row, vec![2, 0, 2, 1, 0, 2]);
-        let s = scatter(batch(6), (&ids[..]).into(), 4, Some(3)).unwrap();
+        let s = scatter(
+            batch(6),
+            (&ids[..]).into(),
+            4,
+            rows(3),
+            &batch(0).schema(),
+            &pool(),
+        )
+        .unwrap();
         assert!(
             matches!(&s.rows, Grouped::Sorted(_)),
             "partition 2 has 3 rows, not below 3: reordered"
+        );
+    }
+
+    #[test]
+    fn the_reordered_copy_is_charged_until_it_is_dropped() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(arrow_shards_memory::BoundedPool::new(1 << 20));
+        let ids = [3u32, 0, 3, 1, 0, 3];
+        let s = scatter(
+            batch(6),
+            (&ids[..]).into(),
+            4,
+            None,
+            &batch(0).schema(),
+            &pool,
+        )
+        .unwrap();
+        let Grouped::Sorted(sorted) = &s.rows else {
+            panic!("compaction off: reordered");
+        };
+        assert!(pool.reserved() >= 6 * 8, "{}", pool.reserved());
+        assert_eq!(sorted.charge.size(), pool.reserved());
+        drop(s);
+        assert_eq!(pool.reserved(), 0);
+        // one partition: the batch as written, no copy, nothing charged
+        let s = scatter(
+            batch(6),
+            (&[1u32; 6][..]).into(),
+            4,
+            None,
+            &batch(0).schema(),
+            &pool,
+        );
+        assert_eq!((s.unwrap().ranges.len(), pool.reserved()), (1, 0));
+    }
+
+    #[test]
+    fn buffers_the_gather_shares_with_the_batch_are_not_charged() {
+        use arrow_array::DictionaryArray;
+        use arrow_array::types::Int32Type;
+        let pool: Arc<dyn MemoryPool> = Arc::new(arrow_shards_memory::BoundedPool::new(1 << 20));
+        // 64 KB of dictionary values that `take` keeps as they are, 6 keys it copies
+        let values = (0..1000).map(|i| format!("{i:064}")).collect::<Vec<_>>();
+        let keys: DictionaryArray<Int32Type> = (0..6).map(|i| values[i * 100].as_str()).collect();
+        let keys = keys.with_values(Arc::new(arrow_array::StringArray::from(values.clone())));
+        let b = RecordBatch::try_from_iter([("d", Arc::new(keys) as ArrayRef)]).unwrap();
+        let s = scatter(
+            b.clone(),
+            (&[1u32, 0, 1, 0, 1, 0][..]).into(),
+            2,
+            None,
+            &b.schema(),
+            &pool,
+        );
+        let s = s.unwrap();
+        assert!(matches!(s.rows, Grouped::Sorted(_)));
+        assert!(
+            pool.reserved() > 0 && pool.reserved() < 1024,
+            "{}",
+            pool.reserved()
         );
     }
 }

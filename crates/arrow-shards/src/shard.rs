@@ -3,12 +3,14 @@
 
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_select::take::take_record_batch;
+use arrow_shards_memory::MemoryReservation;
 use arrow_shards_memory::sizing::{
     Allocation, batch_allocations, batch_data_bytes, batch_overhead,
 };
 
-use crate::compact::Direct;
+use crate::compact::{CompactConfig, Direct};
 use crate::error::Error;
+use crate::route::Route;
 
 /// A batch held in memory with the allocations it was charged for.
 #[derive(Debug)]
@@ -79,14 +81,30 @@ pub(crate) struct Scattered {
     pub(crate) ranges: Vec<(u32, usize, usize)>,
 }
 
-/// The two ways a scattered batch's rows reach their partitions (see [`crate::scatter`]).
+/// The two ways a scattered batch's rows reach their partitions (see [`crate::scatter`] and
+/// [`crate::route`]).
 #[derive(Debug)]
 pub(crate) enum Grouped {
     /// Reordered so each partition's rows are one range, copied into its open batch or kept
-    /// as a slice.
-    Sorted(RecordBatch),
-    /// Left in place and copied row by row into the open batches.
-    Direct(Direct),
+    /// as a slice, as its route says.
+    Sorted(Sorted),
+    /// Left in place and copied row by row into the open batches, with these settings.
+    Direct(Direct, CompactConfig),
+}
+
+/// A scattered batch reordered by partition (or, with one partition, the batch as written).
+#[derive(Debug)]
+pub(crate) struct Sorted {
+    /// The rows, each partition's one range.
+    pub(crate) batch: RecordBatch,
+    /// Each range's route, in range order.
+    pub(crate) routes: Vec<Route>,
+    /// The reordered copy's own allocations ([`copied`](Self::copied)), charged to the pool
+    /// from the gather until the insert takes them over (nothing when no copy was made);
+    /// released if the write is dropped.
+    pub(crate) charge: MemoryReservation,
+    /// The allocations the gather made (not shared with the batch as written), by address.
+    pub(crate) copied: Vec<Allocation>,
 }
 
 /// One write's rows on their way in.
@@ -94,8 +112,8 @@ pub(crate) enum Grouped {
 pub(crate) enum Shard {
     /// Stored as it is (at or above the compaction target, or compaction off).
     Whole(Stored),
-    /// Copied into its partition's open batch.
-    Small(RecordBatch),
+    /// Copied into its partition's open batch, with these settings.
+    Small(RecordBatch, CompactConfig),
     /// Spread over many partitions.
     Scattered(Box<Scattered>),
 }
@@ -108,7 +126,7 @@ impl Shard {
     pub(crate) fn into_batch(self) -> RecordBatch {
         match self {
             Shard::Whole(stored) => stored.batch,
-            Shard::Small(batch) => batch,
+            Shard::Small(batch, _) => batch,
             Shard::Scattered(s) => s.original,
         }
     }
@@ -125,7 +143,7 @@ impl Shard {
                 let original = stored.batch.clone();
                 Ok((vec![(partition, stored)], original))
             }
-            Shard::Small(batch) => Ok((vec![(partition, Stored::new(batch.clone()))], batch)),
+            Shard::Small(batch, _) => Ok((vec![(partition, Stored::new(batch.clone()))], batch)),
             Shard::Scattered(scattered) => {
                 let Scattered {
                     original,
@@ -133,8 +151,8 @@ impl Shard {
                     ranges,
                 } = *scattered;
                 let sorted = match rows {
-                    Grouped::Sorted(sorted) => sorted,
-                    Grouped::Direct(direct) => {
+                    Grouped::Sorted(sorted) => sorted.batch,
+                    Grouped::Direct(direct, _) => {
                         let order = UInt32Array::from(direct.order(&ranges));
                         match take_record_batch(&original, &order) {
                             Ok(sorted) => sorted,

@@ -22,9 +22,10 @@ use std::time::Instant;
 use arrow_array::RecordBatch;
 
 use crate::buffer::ShardBuffer;
-use crate::compact::copy_bytes;
 use crate::error::{Error, WriteError};
-use crate::scatter::{PartitionIds, scatter};
+use crate::grouping::PartitionIds;
+use crate::route::{Route, route_batch};
+use crate::scatter::scatter;
 use crate::schema_check::conform;
 use crate::shard::{Shard, Stored};
 use crate::spiller::side::NeedGuard;
@@ -245,7 +246,8 @@ impl ShardBuffer {
         }
     }
 
-    /// Checks partition and schema and sizes the batch.
+    /// Checks partition and schema and routes the batch ([`route_batch`]): copied into the
+    /// partition's open batch, or sized and stored whole.
     fn prepare(&self, partition: u32, batch: RecordBatch) -> Result<Plan, WriteError> {
         if let Err(e) = self.shared.check_partition(partition) {
             return Err(WriteError::new(partition, e, batch));
@@ -258,16 +260,12 @@ impl ShardBuffer {
                 Err(e) => Err(WriteError::new(partition, e, batch)),
             };
         }
-        if let Some(config) = self
-            .shared
-            .compact
-            .filter(|c| batch.num_rows() < c.target_rows)
-            && crate::compact::compactable(&self.shared.schema, &batch)
-            && copy_bytes(&batch) < config.target_bytes
-        {
-            return Ok(Plan::Memory(Shard::Small(batch)));
-        }
-        Ok(Plan::Memory(Shard::Whole(Stored::new(batch))))
+        Ok(Plan::Memory(
+            match route_batch(self.shared.compact, &self.shared.schema, &batch) {
+                Route::Copy(config) => Shard::Small(batch, config),
+                Route::Whole => Shard::Whole(Stored::new(batch)),
+            },
+        ))
     }
 
     /// Checks schema and partition ids and groups the rows by partition (outside the lock).
@@ -286,15 +284,16 @@ impl ShardBuffer {
         let partition = first(ids);
         let batch = conform(&self.shared.schema, batch)
             .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
-        // Rows are copied straight into open batches when every range will be (see
-        // `compact::direct`).
-        let copy_below = self
-            .shared
-            .compact
-            .filter(|_| crate::compact::all_flat(&self.shared.schema))
-            .map(|c| c.target_rows);
-        let scattered = scatter(batch, ids, self.shared.num_partitions, copy_below)
-            .map_err(|(e, batch)| WriteError::new(error_partition(&e, partition), e, batch))?;
+        let (schema, compact) = (&self.shared.schema, self.shared.compact);
+        let scattered = scatter(
+            batch,
+            ids,
+            self.shared.num_partitions,
+            compact,
+            schema,
+            &self.shared.pool,
+        )
+        .map_err(|(e, batch)| WriteError::new(error_partition(&e, partition), e, batch))?;
         if scattered.ranges.is_empty() {
             return match self.shared.lock().check_open() {
                 Ok(()) => Ok((partition, Plan::Nothing)),

@@ -101,16 +101,10 @@ impl ShardBuffer {
     where
         I: IntoIterator<Item = (u32, RecordBatch)>,
     {
-        let mut rest = batches.into_iter();
-        let mut written = Written::default();
-        for (partition, batch) in rest.by_ref() {
-            let rows = batch.num_rows();
-            if let Err(refused) = self.write_blocking(partition, batch) {
-                return Err(stopped(refused, None, rest, written));
-            }
-            written.add(rows);
-        }
-        Ok(written)
+        each(batches.into_iter(), |(partition, batch)| {
+            self.write_blocking(partition, batch)
+                .map_err(|e| Box::new((e, None)))
+        })
     }
 
     /// [`write_all_blocking`](Self::write_all_blocking) for a stream, waiting without blocking
@@ -120,16 +114,12 @@ impl ShardBuffer {
     where
         S: Stream<Item = (u32, RecordBatch)> + Unpin,
     {
-        let mut rest = batches;
-        let mut written = Written::default();
-        while let Some((partition, batch)) = rest.next().await {
-            let rows = batch.num_rows();
-            if let Err(refused) = self.write(partition, batch).await {
-                return Err(stopped(refused, None, rest, written));
-            }
-            written.add(rows);
-        }
-        Ok(written)
+        each_async(batches, |(partition, batch)| async move {
+            self.write(partition, batch)
+                .await
+                .map_err(|e| Box::new((e, None)))
+        })
+        .await
     }
 
     /// Writes every `(batch, partition ids)` of `batches` in order with
@@ -142,16 +132,10 @@ impl ShardBuffer {
     where
         I: IntoIterator<Item = (RecordBatch, UInt32Array)>,
     {
-        let mut rest = batches.into_iter();
-        let mut written = Written::default();
-        for (batch, ids) in rest.by_ref() {
-            let rows = batch.num_rows();
-            if let Err(refused) = self.write_partitioned_blocking(batch, &ids) {
-                return Err(stopped(refused, Some(ids), rest, written));
-            }
-            written.add(rows);
-        }
-        Ok(written)
+        each(batches.into_iter(), |(batch, ids)| {
+            let result = self.write_partitioned_blocking(batch, &ids);
+            result.map_err(|e| Box::new((e, Some(ids))))
+        })
     }
 
     /// [`write_partitioned_all_blocking`](Self::write_partitioned_all_blocking) for a stream,
@@ -164,17 +148,76 @@ impl ShardBuffer {
     where
         S: Stream<Item = (RecordBatch, UInt32Array)> + Unpin,
     {
-        let mut rest = batches;
-        let mut written = Written::default();
-        while let Some((batch, ids)) = rest.next().await {
-            let rows = batch.num_rows();
-            if let Err(refused) = self.write_partitioned(batch, &ids).await {
-                return Err(stopped(refused, Some(ids), rest, written));
-            }
-            written.add(rows);
-        }
-        Ok(written)
+        each_async(batches, |(batch, ids)| async move {
+            let result = self.write_partitioned(batch, &ids).await;
+            result.map_err(|e| Box::new((e, Some(ids))))
+        })
+        .await
     }
+}
+
+/// One input of a many-batch write: its rows, counted before the write takes it.
+trait Input {
+    fn rows(&self) -> usize;
+}
+
+impl Input for (u32, RecordBatch) {
+    fn rows(&self) -> usize {
+        self.1.num_rows()
+    }
+}
+
+impl Input for (RecordBatch, UInt32Array) {
+    fn rows(&self) -> usize {
+        self.0.num_rows()
+    }
+}
+
+/// A refused input: the write's error, and the ids of a partitioned write (boxed: the error
+/// path only).
+type Refused = Box<(WriteError, Option<UInt32Array>)>;
+
+/// The blocking loop: `write` each input of `rest` in turn, stopping at the first refusal.
+fn each<I>(
+    mut rest: I,
+    mut write: impl FnMut(I::Item) -> Result<(), Refused>,
+) -> Result<Written, Box<WriteAllError<I>>>
+where
+    I: Iterator,
+    I::Item: Input,
+{
+    let mut written = Written::default();
+    for input in rest.by_ref() {
+        let rows = input.rows();
+        if let Err(refused) = write(input) {
+            let (refused, ids) = *refused;
+            return Err(stopped(refused, ids, rest, written));
+        }
+        written.add(rows);
+    }
+    Ok(written)
+}
+
+/// The async loop: [`each`] over a stream.
+async fn each_async<S, F>(
+    mut rest: S,
+    mut write: impl FnMut(S::Item) -> F,
+) -> Result<Written, Box<WriteAllError<S>>>
+where
+    S: Stream + Unpin,
+    S::Item: Input,
+    F: Future<Output = Result<(), Refused>>,
+{
+    let mut written = Written::default();
+    while let Some(input) = rest.next().await {
+        let rows = input.rows();
+        if let Err(refused) = write(input).await {
+            let (refused, ids) = *refused;
+            return Err(stopped(refused, ids, rest, written));
+        }
+        written.add(rows);
+    }
+    Ok(written)
 }
 
 fn stopped<Rest>(

@@ -71,8 +71,8 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, short, value_name = "DIR")]
     pub(crate) output: Option<PathBuf>,
 
-    /// Memory the run may hold, e.g. 64MiB, 1GB, 500000 (bytes): a sixth per --threads (at most
-    /// half) is kept for input batches in flight and allocator caches, the buffer gets the rest
+    /// Memory the run may hold, e.g. 64MiB, 1GB, 500000 (bytes): a twelfth per --threads (at
+    /// most half) is kept for input batches in flight and allocator caches, the buffer gets the rest
     /// (spilling its largest partitions from 80% of that). Default: unlimited (nothing is ever
     /// spilled).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]

@@ -40,19 +40,24 @@ pub(crate) struct BufferSettings {
 }
 
 /// `--memory-limit` is the whole run's budget. Besides the buffer's pool the process holds, per
-/// writing thread, one slice of a decoded input batch and its copy reordered by partition (the
-/// scatter write's gather), and the allocator's per-thread caches of freed memory (measured:
-/// ~80 MiB resident for the second thread at 256 MiB, SF 1 lineitem; docs/memory-accounting.md).
-/// So a sixth of the limit per thread, at most half of it, is kept from the buffer; a slice may
-/// take a quarter of a thread's share (it and its reordered copy half of it).
-const RESERVE_SIXTHS_PER_THREAD: u64 = 1;
+/// writing thread, the decoded input batch it is writing (~14 MB for a 65,536-row lineitem
+/// batch; its slices are views of it) and the allocator's per-thread caches. A scatter write's
+/// reordered copy is not among them: the buffer charges it to its pool (#30), and the common
+/// in-place path makes none. Measured on SF 1 lineitem at 256 MiB (docs/memory-accounting.md):
+/// peak RSS minus the pool's peak is ~80 MiB on one thread and ~100 MiB on two, the same
+/// whatever the reserve, so a thread adds ~20 MiB; the rest is fixed (code, the parquet
+/// reader, allocator retention) and within the 64 MiB the budget's bound allows besides the
+/// limit. So a twelfth of the limit per thread, at most half of it, is kept from the buffer.
+const RESERVE_TWELFTHS_PER_THREAD: u64 = 1;
 
 /// The buffer's own limit and the most bytes of one input slice, for a `--memory-limit` of
-/// `limit` shared by `threads` writing threads.
+/// `limit` shared by `threads` writing threads. A slice bounds what a scatter write may have to
+/// reorder and charge at once: a 24th of the limit on up to three threads, an eighth shared by
+/// more.
 pub(crate) fn split_limit(limit: u64, threads: u32) -> (u64, u64) {
     let threads = u64::from(threads.max(1));
-    let reserve = limit / 6 * (RESERVE_SIXTHS_PER_THREAD * threads).min(3);
-    let slice = reserve / (4 * threads);
+    let reserve = (limit / 12 * (RESERVE_TWELFTHS_PER_THREAD * threads)).min(limit / 2);
+    let slice = limit / (8 * threads.max(3));
     (limit - reserve, slice.max(1))
 }
 
@@ -111,13 +116,12 @@ impl Buffer {
     }
 
     /// Writes each row of `batch` to the partition `ids` names; waits while the spiller makes
-    /// room. Under a limit the batch goes in slices of at most a thread's share of the
-    /// in-flight allowance ([`split_limit`]), so that the batches in flight and their
-    /// reordered copies stay within `--memory-limit` beside the buffer's own limit.
+    /// room. Under a limit the batch goes in slices of at most [`split_limit`]'s slice, so
+    /// that a reordered copy (charged to the buffer's pool) stays a small part of it.
     pub(crate) fn write_partitioned(
         &self,
         batch: RecordBatch,
-        ids: &[u32],
+        ids: UInt32Array,
     ) -> Result<(), CliError> {
         let rows = batch.num_rows();
         let step = match self.settings.memory_limit {
@@ -132,12 +136,11 @@ impl Buffer {
         };
         let parts = (0..rows).step_by(step).map(|start| {
             let len = step.min(rows - start);
-            let part = if len == rows {
-                batch.clone()
+            if len == rows {
+                (batch.clone(), ids.clone())
             } else {
-                batch.slice(start, len)
-            };
-            (part, UInt32Array::from(ids[start..start + len].to_vec()))
+                (batch.slice(start, len), ids.slice(start, len))
+            }
         });
         self.inner
             .write_partitioned_all_blocking(parts)
@@ -201,15 +204,15 @@ mod tests {
     use super::split_limit;
 
     #[test]
-    fn a_sixth_of_the_limit_per_thread_is_kept_from_the_buffer() {
-        // 600 MiB: 1 thread keeps 100 MiB, 2 keep 200, 3 and more keep half
-        assert_eq!(split_limit(600 << 20, 1), (500 << 20, 25 << 20));
-        assert_eq!(split_limit(600 << 20, 2), (400 << 20, 25 << 20));
-        assert_eq!(split_limit(600 << 20, 3).0, 300 << 20);
-        let (buffer, slice) = split_limit(600 << 20, 8);
-        assert_eq!(buffer, 300 << 20);
-        // a slice and its reordered copy take half of a thread's share
-        assert_eq!(2 * 8 * slice * 2, 300 << 20);
+    fn a_twelfth_of_the_limit_per_thread_is_kept_from_the_buffer() {
+        // 1200 MiB: 1 thread keeps 100 MiB, 2 keep 200, 6 and more keep half
+        assert_eq!(split_limit(1200 << 20, 1), (1100 << 20, 50 << 20));
+        assert_eq!(split_limit(1200 << 20, 2), (1000 << 20, 50 << 20));
+        assert_eq!(split_limit(1200 << 20, 6).0, 600 << 20);
+        let (buffer, slice) = split_limit(1200 << 20, 8);
+        assert_eq!(buffer, 600 << 20);
+        // more than three threads share an eighth of the limit in slices
+        assert_eq!(8 * slice, 150 << 20);
         // never a zero slice, never more than the limit
         assert_eq!(split_limit(3, 4), (3, 1));
         assert_eq!(split_limit(0, 0), (0, 1));

@@ -2,22 +2,21 @@
 //!
 //! Rows are hashed ([`crate::hash`]) and mapped to a partition; the batch goes to the buffer
 //! whole with these ids ([`arrow_shards::ShardBuffer::write_partitioned_blocking`]), which
-//! groups the rows by partition with one counting sort and copies each partition's rows into
+//! groups the rows by partition with one counting pass and copies each partition's rows into
 //! its open batch. No shard per partition is made here: at 1024 partitions an 8192-row batch
 //! would be 1024 `take`s of ~8 rows each, which cost more than the rows.
 
-use arrow_array::RecordBatch;
+use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::ArrowError;
 
 use crate::hash::{KeyHasher, partition_of};
 
-/// Computes partition ids; one per thread (it keeps scratch space).
+/// Computes partition ids; one per thread (it keeps scratch space for the hashes).
 #[derive(Debug)]
 pub(crate) struct Partitioner {
     hasher: KeyHasher,
     partitions: u32,
     hashes: Vec<u64>,
-    targets: Vec<u32>,
 }
 
 impl Partitioner {
@@ -27,23 +26,22 @@ impl Partitioner {
             hasher,
             partitions,
             hashes: Vec::new(),
-            targets: Vec::new(),
         }
     }
 
-    /// The partition of each row of `batch`, in row order.
-    pub(crate) fn partition_ids(&mut self, batch: &RecordBatch) -> Result<&[u32], ArrowError> {
-        self.targets.clear();
+    /// The partition of each row of `batch`, in row order: an array the buffer's slices of the
+    /// batch take zero-copy slices of.
+    pub(crate) fn partition_ids(&mut self, batch: &RecordBatch) -> Result<UInt32Array, ArrowError> {
         if batch.num_rows() == 0 {
-            return Ok(&self.targets);
+            return Ok(UInt32Array::from(Vec::<u32>::new()));
         }
         self.hasher.hash_rows(batch, &mut self.hashes)?;
-        self.targets.extend(
-            self.hashes
-                .iter()
-                .map(|&h| partition_of(h, self.partitions)),
-        );
-        Ok(&self.targets)
+        let ids: Vec<u32> = self
+            .hashes
+            .iter()
+            .map(|&h| partition_of(h, self.partitions))
+            .collect();
+        Ok(UInt32Array::from(ids))
     }
 }
 
@@ -71,7 +69,7 @@ mod tests {
     fn equal_keys_get_equal_partitions_in_range() {
         let b = batch((0..1000).map(|i| i % 37).collect());
         let mut p = partitioner(&b, 8);
-        let ids = p.partition_ids(&b).unwrap().to_vec();
+        let ids = p.partition_ids(&b).unwrap().values().to_vec();
         assert_eq!(ids.len(), 1000);
         assert!(ids.iter().all(|&id| id < 8));
         for (row, &id) in ids.iter().enumerate() {

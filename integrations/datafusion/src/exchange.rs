@@ -3,13 +3,13 @@
 //!
 //! The data flow: `execute` of the first output partition starts the [`Exchange`]; one task
 //! per input partition drives its input stream and scatter-writes each batch into the
-//! buffer (`write_partitioned`, or a whole batch per partition for round robin); when the last
-//! input is done the buffer is finished and `done` turns `Ok`. In the streaming mode (the
-//! default) each output stream subscribes to its partition at once and yields its batches as
-//! they are written, ending when the buffer is finished; in the materializing mode it waits
-//! for `done`, then reads its partition, exactly once. The first failing input turns `done`
-//! into its error and closes the buffer, which ends every waiting subscription: each output
-//! stream then reports the input's error.
+//! buffer (the core's `write_partitioned_all`, or `write_all` of whole batches for round
+//! robin); when the last input is done the buffer is finished and `done` turns `Ok`. In the
+//! streaming mode (the default) each output stream subscribes to its partition at once and
+//! yields its batches as they are written, ending when the buffer is finished; in the
+//! materializing mode it waits for `done`, then reads its partition, exactly once. The first
+//! failing input turns `done` into its error and closes the buffer, which ends every waiting
+//! subscription: each output stream then reports the input's error.
 //!
 //! Cancellation: every output stream holds the exchange; when the last one is dropped (read to
 //! its end, or cancelled) the exchange is dropped, which aborts the input tasks and closes the
@@ -21,23 +21,24 @@
 //! exchange is `Sync`, taken by `Drop` alone (through `get_mut`). `remaining` is an atomic;
 //! `done` is a watch channel (tokio's lock, inside `send_if_modified` and `wait_for`).
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow_shards::ShardBuffer;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::{Count, Time};
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt, future};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::ExchangeMode;
 use crate::errors::{to_datafusion_error, write_error};
-use crate::route::{Destination, Route};
+use crate::route::Route;
 
 /// How each input partition's rows are routed (one [`Route`] per input task).
 pub(crate) type MakeRoute = Arc<dyn Fn(usize) -> Route + Send + Sync>;
@@ -236,19 +237,63 @@ struct Feed {
 }
 
 impl Feed {
-    async fn run(mut self, partition: usize) -> Result<()> {
-        let mut stream = self.input.execute(partition, Arc::clone(&self.context))?;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            if batch.num_rows() == 0 {
-                continue;
+    /// Writes the input partition's non-empty batches with the buffer's own many-batch writes
+    /// (`write_partitioned_all` for hash routing, `write_all` for round robin). An input or
+    /// routing error ends the writes and is returned; a refused write is returned as the
+    /// buffer's error (its batch and the rest of the input are dropped with the query).
+    async fn run(self, partition: usize) -> Result<()> {
+        let Feed {
+            buffer,
+            input,
+            context,
+            route,
+        } = self;
+        let input = input.execute(partition, context)?;
+        let mut failed = None;
+        let written = match route {
+            Route::Hash(mut route) => {
+                let writes = routed(input, &mut failed, move |batch| {
+                    route.ids(&batch).map(|ids| (batch, ids))
+                });
+                let written = buffer.write_partitioned_all(writes).await;
+                written
+                    .map(drop)
+                    .map_err(|stopped| write_error(stopped.refused))
             }
-            match self.route.destination(&batch)? {
-                Destination::Rows(ids) => self.buffer.write_partitioned(batch, &ids).await,
-                Destination::Whole(p) => self.buffer.write(p, batch).await,
+            Route::RoundRobin(mut route) => {
+                let writes = routed(input, &mut failed, move |batch| {
+                    Ok((route.next_partition(), batch))
+                });
+                let written = buffer.write_all(writes).await;
+                written
+                    .map(drop)
+                    .map_err(|stopped| write_error(stopped.refused))
             }
-            .map_err(write_error)?;
+        };
+        match failed {
+            Some(error) => Err(error),
+            None => written,
         }
-        Ok(())
     }
+}
+
+/// The non-empty batches of `input`, each made a write by `route`; the first error (the
+/// input's or the route's) ends them and is put in `failed`.
+fn routed<'a, T: Send + 'a>(
+    input: SendableRecordBatchStream,
+    failed: &'a mut Option<DataFusionError>,
+    mut route: impl FnMut(RecordBatch) -> Result<T> + Send + 'a,
+) -> Pin<Box<dyn Stream<Item = T> + Send + 'a>> {
+    let writes = input
+        .try_filter(|batch| future::ready(batch.num_rows() > 0))
+        .scan(failed, move |failed, batch| {
+            future::ready(match batch.and_then(&mut route) {
+                Ok(write) => Some(write),
+                Err(error) => {
+                    **failed = Some(error);
+                    None
+                }
+            })
+        });
+    Box::pin(writes)
 }

@@ -129,7 +129,7 @@ impl OpenBatch {
 
     /// What a new open batch of `schema` starting at `start` would be charged after appending
     /// `len` rows, `var(c)` bytes of variable-length data in column `c` and `has_nulls[c]` if
-    /// column `c` of their batch has nulls. Only for flat columns ([`all_flat`]).
+    /// column `c` of their batch has nulls. Only for flat columns (`crate::route::all_flat`).
     pub(crate) fn fresh_charge_of_rows(
         schema: &SchemaRef,
         start: &Start,
@@ -214,7 +214,7 @@ impl OpenBatch {
 
     /// Bytes appending `len` rows would add to [`bytes`](Self::bytes): `var(c)` bytes of
     /// variable-length data in column `c`, `has_nulls[c]` if column `c` of their batch has nulls.
-    /// Only for flat columns ([`all_flat`]).
+    /// Only for flat columns (`crate::route::all_flat`).
     pub(crate) fn growth_of_rows(
         &self,
         len: usize,
@@ -250,7 +250,7 @@ impl OpenBatch {
     /// Copies every row of `batch` into `targets[k]`, `k = range_of_row[row]`, after growing
     /// each target by what its rows add (`lens[k]` rows, `var(c, k)` bytes of variable-length
     /// data in column `c`). `batch` has the buffer's schema and only flat columns
-    /// ([`all_flat`]). Refuses before changing any target if a column does not
+    /// (`crate::route::all_flat`). Refuses before changing any target if a column does not
     /// match its open columns.
     pub(crate) fn append_tagged(
         targets: &mut [&mut OpenBatch],
@@ -320,25 +320,9 @@ fn hint(config: &CompactConfig, start: &Start, i: usize) -> Hint {
     }
 }
 
-/// Whether a batch of `schema` can be copied into an open batch: nested columns only when their
-/// types are exactly the buffer's (the schema check lets nested nullability differ, and pieces of
-/// different types cannot be concatenated).
-pub(crate) fn compactable(schema: &SchemaRef, batch: &RecordBatch) -> bool {
-    schema
-        .fields()
-        .iter()
-        .zip(batch.columns())
-        .all(|(f, a)| is_flat(f.data_type()) || f.data_type() == a.data_type())
-}
-
-/// Whether every column of `schema` is of a flat type, which an open column copies itself: a
-/// scattered batch of such a schema may be copied row by row (`OpenBatch::append_tagged`).
-pub(crate) fn all_flat(schema: &SchemaRef) -> bool {
-    schema.fields().iter().all(|f| is_flat(f.data_type()))
-}
-
-/// Whether an open column copies `data_type` itself (is not [`Pieces`](OpenColumn::Pieces)).
-fn is_flat(data_type: &DataType) -> bool {
+/// Whether an open column copies `data_type` itself (is not [`Pieces`](OpenColumn::Pieces)):
+/// a flat type, which the scatter write may copy in place (`crate::route`).
+pub(crate) fn is_flat(data_type: &DataType) -> bool {
     !matches!(OpenColumn::new(data_type), OpenColumn::Pieces { .. })
 }
 
@@ -486,25 +470,5 @@ mod tests {
             .as_any()
             .downcast_ref::<arrow_array::StringViewArray>();
         assert!(views.unwrap().data_buffers().len() <= 1);
-    }
-
-    #[test]
-    fn nested_types_must_match_exactly() {
-        let batch = batch();
-        let schema = batch.schema();
-        assert!(compactable(&schema, &batch));
-        assert!(!all_flat(&schema));
-        assert!(all_flat(&batch.project(&[0, 1, 2, 3, 4]).unwrap().schema()));
-        let other = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
-            "n",
-            DataType::List(Arc::new(arrow_schema::Field::new(
-                "item",
-                DataType::Int32,
-                false,
-            ))),
-            true,
-        )]));
-        let projected = batch.project(&[5]).unwrap();
-        assert!(!compactable(&other, &projected));
     }
 }

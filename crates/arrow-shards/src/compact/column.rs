@@ -4,7 +4,7 @@
 //! This file owns the column's variants, what it is charged (capacities) and holds (lengths),
 //! the growth an append will cause and the growth made before it, and the cut into an array.
 //! Rows are copied in by `copy.rs` (`append`, `append_tagged`); which schemas are copied at
-//! all is `batch.rs`'s (`compactable`, `all_flat`).
+//! all is `crate::route`'s (`compactable`, `all_flat`).
 //!
 //! Flat types (fixed-width primitives, booleans, `Utf8`/`Binary` and their large and view
 //! forms) are appended with a copy of the rows' bytes into buffers this column owns, so a

@@ -12,13 +12,14 @@
 //! This file owns the rows' tags ([`Direct`]: each row's range, each range's variable-length
 //! bytes per column, the grouped order); the copy itself is [`OpenBatch::append_tagged`]. Only
 //! for batches whose columns are all of the flat types an open column copies itself
-//! (`batch::all_flat`) and whose ranges are all below the compaction target.
+//! (`crate::route::all_flat`) and whose ranges are all below the compaction target.
 
 use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;
 
 use super::batch::{CompactConfig, OpenBatch};
 use super::measure::var_bytes;
+use crate::grouping::grouped_order;
 
 /// Bytes of variable-length data one column of a batch copied row by row holds at most (less).
 pub(crate) const MAX_VAR_BYTES: usize = 2 << 30;
@@ -55,13 +56,7 @@ impl Direct {
     /// `ranges` (`(partition, start, len)` in the grouped order, as tagged).
     pub(crate) fn order(&self, ranges: &[(u32, usize, usize)]) -> Vec<u32> {
         let mut next: Vec<usize> = ranges.iter().map(|&(_, start, _)| start).collect();
-        let mut order = vec![0u32; self.range_of_row.len()];
-        for (row, &k) in self.range_of_row.iter().enumerate() {
-            let slot = &mut next[k as usize];
-            order[*slot] = row as u32;
-            *slot += 1;
-        }
-        order
+        grouped_order(self.range_of_row.iter().map(|&k| k as usize), &mut next)
     }
 
     /// Bytes of variable-length data range `k` adds to column `c`.

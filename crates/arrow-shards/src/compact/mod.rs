@@ -27,8 +27,9 @@
 //! The files, in the order a write meets them (each imports only those after it):
 //!
 //! - `direct.rs`: a scattered batch's rows tagged with their ranges (the copy in place);
-//! - `batch.rs`: the open batch, its cut policy ([`CompactConfig`]), which writes are copied
-//!   ([`compactable`], [`all_flat`]) and its appends;
+//! - `batch.rs`: the open batch, its cut policy ([`CompactConfig`]), which column types it
+//!   copies itself ([`is_flat`]; which writes are copied is `crate::route`'s rule) and its
+//!   appends;
 //! - `copy.rs`: rows copied into open columns, a range or tagged rows, with one set of kernels;
 //! - `column.rs`: one open column, its charge, growth and cut;
 //! - `sizing.rs`: how a column's buffers grow; `measure.rs`: what a written array's rows bring.
@@ -42,6 +43,6 @@ mod direct;
 mod measure;
 mod sizing;
 
-pub(crate) use batch::{CompactConfig, OpenBatch, Start, all_flat, compactable};
+pub(crate) use batch::{CompactConfig, OpenBatch, Start, is_flat};
 pub(crate) use direct::{Direct, copy_rows};
 pub(crate) use measure::copy_bytes;

@@ -12,7 +12,8 @@ use proptest::prelude::*;
 
 use super::{Reader, State, Taken};
 use crate::compact::CompactConfig;
-use crate::scatter::scatter;
+use crate::route::{Route, Scatter, route_scattered};
+use crate::scatter::scatter_routed;
 use crate::shard::{Shard, Stored};
 
 const PARTITIONS: u32 = 5;
@@ -110,7 +111,7 @@ proptest! {
             .then(|| CompactConfig::new(&schema, 1024, 1 << 20, Some(64 << 20)))
             .flatten();
         let mut state = State::new(
-            schema,
+            Arc::clone(&schema),
             PARTITIONS,
             MemoryReservation::new(&pool),
             true,
@@ -126,16 +127,24 @@ proptest! {
                         next += n as i64;
                     }
                 }
-                Op::Small(p, n) if compact.is_some() => {
-                    if state.try_insert(p, Shard::Small(batch(next, n))).is_ok() {
+                Op::Small(p, n) => {
+                    let Some(config) = compact else { continue };
+                    if state.try_insert(p, Shard::Small(batch(next, n), config)).is_ok() {
                         next += n as i64;
                     }
                 }
-                Op::Small(..) => {}
                 Op::Scatter(n, flat) => {
                     let ids: Vec<u32> = (0..n as u32).map(|r| (r * 7 + r / 3) % PARTITIONS).collect();
-                    let copy_below = compact.filter(|_| flat).map(|c| c.target_rows);
-                    let scattered = scatter(batch(next, n), (&ids).into(), PARTITIONS, copy_below)
+                    // `flat` false: the reordering path even where the copy in place would do
+                    let route = |b: &RecordBatch, ranges: &[(u32, usize, usize)]| {
+                        match route_scattered(compact, &schema, b, ranges) {
+                            Scatter::InPlace(c) if !flat => {
+                                Scatter::Reorder(vec![Route::Copy(c); ranges.len()])
+                            }
+                            routes => routes,
+                        }
+                    };
+                    let scattered = scatter_routed(batch(next, n), (&ids).into(), PARTITIONS, &pool, route)
                         .map_err(|(e, _)| e)
                         .unwrap();
                     if state.try_insert(0, Shard::Scattered(Box::new(scattered))).is_ok() {

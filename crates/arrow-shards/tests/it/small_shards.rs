@@ -362,6 +362,61 @@ fn try_write_alone_gets_in_after_the_spill_round_its_refusal_asked_for() {
 }
 
 #[test]
+fn a_reordered_scatter_write_waiting_for_room_holds_its_copy_charged() {
+    // Compaction off: the scatter write reorders its batch (one gather) and keeps the slices.
+    // While it waits for room, that copy exists, so the pool must count it (#30); dropping the
+    // write gives it back.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let buffer = ShardBuffer::builder(ints(0..1).schema(), 2)
+        .with_memory_limit(64 << 10)
+        .with_spill(false)
+        .with_compact_target_rows(0)
+        .with_write_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // 60 KB of the 64 KiB: the 8 KB scatter write does not fit
+    buffer.write_blocking(0, ints(0..7500)).unwrap();
+    let pool = buffer.memory_pool().clone();
+    let before = pool.reserved();
+    let big = ints(10_000..11_000);
+    let ids: Vec<u32> = (0..1000).map(|i| (i % 2) as u32).collect();
+    rt.block_on(async {
+        let mut write = Box::pin(buffer.write_partitioned(big.clone(), &ids));
+        assert!(
+            futures::poll!(&mut write).is_pending(),
+            "the write must wait"
+        );
+        let waiting = pool.reserved();
+        assert!(
+            waiting >= before + 8000,
+            "the reordered copy (1000 x 8 bytes) is charged while it waits: {before} -> {waiting}"
+        );
+        drop(write);
+    });
+    assert_eq!(
+        pool.reserved(),
+        before,
+        "a dropped write gives its copy's charge back"
+    );
+    // partition 0 read and sealed: the pool is empty, and a write refused under the lock (for
+    // the seal) gives its copy's charge back too
+    buffer.seal(0).unwrap();
+    drop(buffer.read(0).unwrap());
+    assert_eq!(pool.reserved(), 0);
+    let err = buffer.write_partitioned_blocking(big, &ids).unwrap_err();
+    assert!(
+        matches!(err.error(), Error::Sealed { partition: 0 }),
+        "{err}"
+    );
+    assert_eq!(pool.reserved(), 0);
+    buffer.close().unwrap();
+    assert_eq!(pool.reserved(), 0);
+}
+
+#[test]
 fn a_scatter_write_without_compaction_charges_its_reordered_batch_once() {
     let dir = tempfile::tempdir().unwrap();
     let buffer = ShardBuffer::builder(ints(0..1).schema(), 200)
