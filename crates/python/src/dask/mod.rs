@@ -16,38 +16,18 @@
 //! an Arrow failure raises `arrow_shards.InternalError`. No lock is held anywhere here.
 
 mod order;
+mod refusal;
 mod split;
 
 use arrow_array::RecordBatch;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{ArrowError, SchemaRef};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::convert::{Data, batches_to_table, import_data};
 use crate::errors::arrow_to_py;
-
-/// Why a call was refused: the caller's input, or Arrow.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    /// A bad value (a missing column, nulls, an out-of-range code): `ValueError`.
-    Value(String),
-    /// A column of the wrong type: `TypeError`.
-    Type(String),
-    /// An Arrow kernel failed: `arrow_shards.InternalError` (or the class its cause names).
-    Arrow(ArrowError),
-}
-
-impl Refusal {
-    fn into_py(self, py: Python<'_>) -> PyErr {
-        match self {
-            Refusal::Value(message) => PyValueError::new_err(message),
-            Refusal::Type(message) => PyTypeError::new_err(message),
-            Refusal::Arrow(error) => arrow_to_py(py, error),
-        }
-    }
-}
+use refusal::Refusal;
 
 /// Imports a table (or a batch, or any Arrow stream) whole: its schema and batches. The
 /// stream is read with the GIL released.

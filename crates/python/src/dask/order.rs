@@ -17,7 +17,7 @@ use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_schema::{ArrowError, DataType, SchemaRef};
 use arrow_select::take::take_record_batch;
 
-use super::Refusal;
+use super::refusal::Refusal;
 
 /// Below this mean run length the runs are not sliced one by one (see the module docs).
 pub(crate) const MIN_MEAN_RUN_ROWS: usize = 8;

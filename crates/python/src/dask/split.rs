@@ -18,8 +18,8 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use arrow_select::take::take_record_batch;
 
-use super::Refusal;
 use super::order::stable_order;
+use super::refusal::Refusal;
 
 /// An input partition split by worker: the schema (the input's without the worker column,
 /// metadata kept) and, for each worker code, its rows (`None` for a worker that gets none).
