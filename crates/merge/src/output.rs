@@ -97,6 +97,14 @@ impl Output {
             .is_some_and(|c| c.coalescer.get_buffered_rows() > 0)
     }
 
+    /// True if rows buffered in the coalescer hold the read budget's overdraft (it goes when
+    /// the batch holding the overdrawn segment's last row is handed over).
+    pub(crate) fn holds_overdraft(&self) -> bool {
+        self.coalescer
+            .as_ref()
+            .is_some_and(|c| c.staged.iter().any(|(_, _, o)| o.is_some()))
+    }
+
     /// Flushes buffered rows as a shorter batch: the last one, or one cut short for memory.
     pub(crate) fn finish(&mut self) -> Result<(), ArrowError> {
         match &mut self.coalescer {

@@ -91,7 +91,9 @@ impl MergeState {
     }
 
     /// Call before starting the read the merge needs now. If that read does not fit under
-    /// `pool`'s limit while rows are buffered, hands those rows over first as a shorter batch
+    /// `pool`'s limit while rows are buffered, or the buffered rows hold the read budget's
+    /// overdraft (a read that waits for room must not wait on its own overdraft: CI found that
+    /// stall with four streams polled at once), hands those rows over first as a shorter batch
     /// (see [`Merger`](crate::Merger)'s memory section) and returns true: the caller steps
     /// again, the batch comes out and releases the inputs it holds, and the next call finds
     /// nothing buffered.
@@ -99,7 +101,24 @@ impl MergeState {
         let Some(bytes) = self.next_segment_bytes() else {
             return false;
         };
-        if fits(pool, bytes) || !self.output.has_buffered_rows() {
+        // Rows buffered with the read budget's overdraft go first whatever the room: the read
+        // below may have to wait for room, and the overdraft would be waiting on itself.
+        let overdrawn = self.output.holds_overdraft();
+        if (fits(pool, bytes) && !overdrawn) || !self.output.has_buffered_rows() {
+            return false;
+        }
+        if let Err(e) = self.output.finish() {
+            self.fail(e, false);
+        }
+        true
+    }
+
+    /// Hands buffered rows over now if they hold the read budget's overdraft; true if it did
+    /// (the caller steps again). Called before waiting for a read already in flight: that read
+    /// may wait for a read slot held by a reader that waits for room, which only the overdraft
+    /// held here would give it (a stall CI found with four streams and one slot).
+    pub(crate) fn release_overdraft(&mut self) -> bool {
+        if !(self.output.holds_overdraft() && self.output.has_buffered_rows()) {
             return false;
         }
         if let Err(e) = self.output.finish() {

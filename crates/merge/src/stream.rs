@@ -193,6 +193,9 @@ impl Stream for MergeStream {
                     return Poll::Ready(Some(Err(e)));
                 }
                 Ok(Step::NeedSegment) => {
+                    if this.state.release_overdraft() {
+                        continue;
+                    }
                     if this.reads.is_empty() {
                         // The needed segment is not in flight: it did not fit under the limit
                         // when reads were last launched, or the one held then has just been

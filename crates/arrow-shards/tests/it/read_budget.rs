@@ -70,6 +70,11 @@ fn filled() -> Filled {
 
 /// [`filled`], with the streams' concurrent segment reads bounded by `reads`.
 fn filled_reading(reads: usize) -> Filled {
+    filled_with(reads, None)
+}
+
+/// [`filled_reading`], with the read budget's stall timeout.
+fn filled_with(reads: usize, stall: Option<std::time::Duration>) -> Filled {
     let root = tempfile::tempdir().unwrap();
     let buffer = ShardBuffer::builder(batch(0, 1).schema(), PARTITIONS)
         .with_memory_limit(LIMIT)
@@ -77,6 +82,7 @@ fn filled_reading(reads: usize) -> Filled {
         .with_spill_segment_bytes(SEGMENT_BYTES)
         .with_compact_target_rows(0)
         .with_max_concurrent_reads(reads)
+        .with_read_stall_timeout(stall)
         .build()
         .unwrap();
     let mut expected = vec![Vec::new(); PARTITIONS as usize];
@@ -224,7 +230,7 @@ fn partitions_streamed_at_once_through_one_read_slot_come_back_whole() {
     }
 }
 
-/// With the read budget (the default), every partition read at once, each by its own thread,
+/// With the read budget, every partition read at once, each by its own blocking reader thread,
 /// takes the pool past its limit by at most one segment (the one overdraft) plus what decoding
 /// adds over a segment's `memory_bytes`, not one segment per reader; every row comes back.
 #[test]
@@ -234,7 +240,10 @@ fn readers_at_once_share_one_overdraft() {
         segment,
         expected,
         _root,
-    } = filled();
+    } = filled_with(
+        arrow_shards::default_max_concurrent_reads(),
+        Some(arrow_shards::DEFAULT_READ_STALL_TIMEOUT),
+    );
     let pool = Arc::clone(buffer.memory_pool());
     std::thread::scope(|s| {
         let readers: Vec<_> = (0..PARTITIONS)
