@@ -137,21 +137,18 @@ impl Exchange {
         mode: ExchangeMode,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         if mode == ExchangeMode::Streaming {
-            if let Some(Err(error)) = &*self.done.borrow() {
-                return Err(DataFusionError::Shared(Arc::clone(error)));
+            if let Some(error) = input_error(&self.done) {
+                return Err(error);
             }
             let subscription = self
                 .buffer
                 .subscribe(partition)
-                .map_err(|e| self.input_error().unwrap_or_else(|| to_datafusion_error(e)))?;
+                .map_err(|e| input_error(&self.done).unwrap_or_else(|| to_datafusion_error(e)))?;
             let done = self.done.clone();
             return Ok(subscription
                 .map(move |batch| {
-                    batch.map_err(|e| match &*done.borrow() {
-                        // The buffer was closed for an input's error: report that error.
-                        Some(Err(error)) => DataFusionError::Shared(Arc::clone(error)),
-                        _ => DataFusionError::from(e),
-                    })
+                    // The buffer was closed for an input's error: report that error.
+                    batch.map_err(|e| input_error(&done).unwrap_or_else(|| e.into()))
                 })
                 .boxed());
         }
@@ -177,13 +174,11 @@ impl Exchange {
     }
 }
 
-impl Exchange {
-    /// The first input's error, if an input failed.
-    fn input_error(&self) -> Option<DataFusionError> {
-        match &*self.done.borrow() {
-            Some(Err(error)) => Some(DataFusionError::Shared(Arc::clone(error))),
-            _ => None,
-        }
+/// The first input's error, if an input failed.
+fn input_error(done: &watch::Receiver<Outcome>) -> Option<DataFusionError> {
+    match &*done.borrow() {
+        Some(Err(error)) => Some(DataFusionError::Shared(Arc::clone(error))),
+        _ => None,
     }
 }
 

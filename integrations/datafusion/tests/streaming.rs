@@ -70,6 +70,15 @@ fn gated(
     (Arc::new(exec), tx)
 }
 
+/// The rows `stream` yields until its end.
+async fn rows_left(stream: &mut SendableRecordBatchStream) -> usize {
+    let mut rows = 0;
+    while let Some(batch) = stream.next().await {
+        rows += batch.unwrap().num_rows();
+    }
+    rows
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_yields_before_its_inputs_finish() {
     let (exec, tx) = gated(2);
@@ -86,21 +95,9 @@ async fn an_output_yields_before_its_inputs_finish() {
     tx.send(Ok(batch(10_000, 10_000))).unwrap();
     tx.send(Ok(batch(20_000, 5))).unwrap();
     drop(tx); // the input ends: the buffer is finished
-    let rest: usize = streams[0]
-        .by_ref()
-        .map(|b| b.unwrap().num_rows())
-        .collect::<Vec<_>>()
-        .await
-        .iter()
-        .sum();
+    let rest: usize = rows_left(&mut streams[0]).await;
     assert_eq!(rest, 5);
-    let other: usize = streams[1]
-        .by_ref()
-        .map(|b| b.unwrap().num_rows())
-        .collect::<Vec<_>>()
-        .await
-        .iter()
-        .sum();
+    let other: usize = rows_left(&mut streams[1]).await;
     assert_eq!(other, 10_000);
     drop(streams);
     exec.wait_closed().await;
@@ -140,13 +137,7 @@ async fn an_output_dropped_early_does_not_stall_the_others() {
         tx.send(Ok(batch(i * 10_000, 10_000))).unwrap();
     }
     drop(tx);
-    let rows: usize = streams[0]
-        .by_ref()
-        .map(|b| b.unwrap().num_rows())
-        .collect::<Vec<_>>()
-        .await
-        .iter()
-        .sum();
+    let rows: usize = rows_left(&mut streams[0]).await;
     assert_eq!(rows, 50_000);
     drop(streams);
     exec.wait_closed().await;
