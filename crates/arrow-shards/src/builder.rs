@@ -24,7 +24,7 @@ pub const DEFAULT_MAX_SPILL_ROUND_BYTES: usize = 64 << 20;
 pub const DEFAULT_SPILL_SEGMENT_BYTES: usize = 4 << 20;
 /// Default rows per batch handed out by readers.
 pub const DEFAULT_READ_BATCH_ROWS: usize = 8192;
-/// Suggested [`ShardBufferBuilder::with_read_stall_timeout`]: a reader waiting for memory
+/// Default [`ShardBufferBuilder::with_read_stall_timeout`]: a reader waiting for memory
 /// fails after a minute in which the pool released nothing.
 pub const DEFAULT_READ_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -97,7 +97,7 @@ impl ShardBufferBuilder {
             write_timeout: None,
             read_batch_rows: Some(DEFAULT_READ_BATCH_ROWS),
             concurrent_reads: default_max_concurrent_reads(),
-            read_stall_timeout: None,
+            read_stall_timeout: Some(DEFAULT_READ_STALL_TIMEOUT),
             spill_enabled: true,
             spill_dir: None,
             sweep_on_build: true,
@@ -207,11 +207,9 @@ impl ShardBufferBuilder {
     /// reserves the segment it needs with a forced grow (each reader at once may then pass the
     /// limit by a segment).
     ///
-    /// Default: `None` for now: with async streams polled at once and read slots, a read that
-    /// waits for room can hold the slot another stream's read-ahead needs, and the test of four
-    /// streams through one slot stalled in about one run of three (issue #32). With blocking
-    /// readers (`PartitionReader`, `SubscriptionReader`) it is tested and safe; the suggested
-    /// value is [`DEFAULT_READ_STALL_TIMEOUT`].
+    /// Default: `Some(`[`DEFAULT_READ_STALL_TIMEOUT`]`)` (60 s). An async stream's read waits
+    /// for room as a task, before it takes a read slot, so a slot is only held by a read that
+    /// has its memory; the wait's timeout needs no tokio time driver.
     pub fn with_read_stall_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.read_stall_timeout = timeout;
         self

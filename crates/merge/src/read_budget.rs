@@ -2,11 +2,13 @@
 //! overdraft at a time so that some reader always makes progress.
 
 use std::fmt;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use arrow_shards_memory::{MemoryPool, MemoryReservation, SpillPeer};
+use futures::future::{Either, select};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::MergeError;
@@ -114,6 +116,42 @@ impl ReadBudget {
         ))
     }
 
+    /// Reserves `bytes` for the read a merge needs, waiting as a task (no thread) while there is
+    /// no room and the overdraft is taken (see the type's docs). The stream waits here *before*
+    /// it takes a read slot: a read holding a slot never waits for memory, so a slot always
+    /// comes back, and a read ahead already paid for (which needs only a slot) always runs. CI
+    /// found the stall the other order makes (four streams through one slot, the slot held by a
+    /// read waiting for room that the queued read-aheads held).
+    ///
+    /// The stall timeout runs on `futures-timer`'s own thread, so the wait needs no tokio time
+    /// driver.
+    pub(crate) async fn reserve(
+        &self,
+        pool: &Arc<dyn MemoryPool>,
+        bytes: usize,
+    ) -> Result<Reserved, MergeError> {
+        let signal = pool.release_signal();
+        let mut waiting = Waiting::new(self);
+        loop {
+            // Enabled first: a release between the attempt and the wait is not missed.
+            let mut released = pin!(signal.notified());
+            released.as_mut().enable();
+            if let Some(reserved) = self.attempt(pool, bytes) {
+                waiting.count();
+                return Ok(reserved);
+            }
+            ask_for_room(pool, bytes);
+            let Some(left) = waiting.left() else {
+                waiting.count();
+                return Err(self.stalled(pool, bytes));
+            };
+            let timer = pin!(futures_timer::Delay::new(left));
+            if let Either::Left(_) = select(released, timer).await {
+                waiting.released();
+            }
+        }
+    }
+
     /// Reserves `bytes` for the read a merge needs, waiting on the calling thread while there
     /// is no room and the overdraft is taken (see the type's docs).
     pub(crate) fn reserve_blocking(
@@ -122,34 +160,77 @@ impl ReadBudget {
         bytes: usize,
     ) -> Result<Reserved, MergeError> {
         let signal = pool.release_signal();
-        let mut waiting: Option<Instant> = None;
-        let mut deadline = Instant::now() + self.inner.stall_timeout;
-        let count_wait = |since: Option<Instant>| {
-            let waited = since.map_or(0, |s| s.elapsed().as_nanos());
-            let waited = u64::try_from(waited).unwrap_or(u64::MAX);
-            self.inner.waited_nanos.fetch_add(waited, Ordering::Relaxed);
-        };
+        let mut waiting = Waiting::new(self);
         loop {
             // Epoch first: a release between the attempt and the wait is not missed.
             let seen = signal.epoch();
             if let Some(reserved) = self.attempt(pool, bytes) {
-                count_wait(waiting);
+                waiting.count();
                 return Ok(reserved);
             }
             ask_for_room(pool, bytes);
-            let since = *waiting.get_or_insert_with(Instant::now);
+            let deadline = waiting.deadline();
             if signal.wait_blocking(seen, Some(deadline)) {
-                deadline = Instant::now() + self.inner.stall_timeout;
+                waiting.released();
             } else {
-                count_wait(Some(since));
-                return Err(MergeError::ReadStalled {
-                    bytes,
-                    reserved: pool.reserved(),
-                    limit: pool.limit().unwrap_or(usize::MAX),
-                    stalled: self.inner.stall_timeout,
-                });
+                waiting.count();
+                return Err(self.stalled(pool, bytes));
             }
         }
+    }
+
+    fn stalled(&self, pool: &Arc<dyn MemoryPool>, bytes: usize) -> MergeError {
+        MergeError::ReadStalled {
+            bytes,
+            reserved: pool.reserved(),
+            limit: pool.limit().unwrap_or(usize::MAX),
+            stalled: self.inner.stall_timeout,
+        }
+    }
+}
+
+/// One read's wait: when it began (for the `waited` metric) and when it stalls, which every
+/// release pushes back by the stall timeout.
+struct Waiting<'a> {
+    budget: &'a ReadBudget,
+    since: Option<Instant>,
+    deadline: Instant,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(budget: &'a ReadBudget) -> Self {
+        Self {
+            budget,
+            since: None,
+            deadline: Instant::now() + budget.inner.stall_timeout,
+        }
+    }
+
+    /// The deadline of the wait about to start (which starts the clock of `waited`).
+    fn deadline(&mut self) -> Instant {
+        self.since.get_or_insert_with(Instant::now);
+        self.deadline
+    }
+
+    /// Time left before the wait about to start stalls; `None` if it has.
+    fn left(&mut self) -> Option<Duration> {
+        let left = self.deadline().saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Memory was released: the stall clock starts again.
+    fn released(&mut self) {
+        self.deadline = Instant::now() + self.budget.inner.stall_timeout;
+    }
+
+    /// Adds the time waited to the budget's total.
+    fn count(&self) {
+        let waited = self.since.map_or(0, |s| s.elapsed().as_nanos());
+        let waited = u64::try_from(waited).unwrap_or(u64::MAX);
+        self.budget
+            .inner
+            .waited_nanos
+            .fetch_add(waited, Ordering::Relaxed);
     }
 }
 
@@ -195,5 +276,72 @@ impl fmt::Debug for ReadBudget {
             )
             .field("overdrafts", &self.overdrafts())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use arrow_shards_memory::{BoundedPool, MemoryPool, MemoryReservation};
+
+    use super::ReadBudget;
+    use crate::MergeError;
+
+    /// A runtime without tokio's time driver, as an engine may build one.
+    fn runtime_without_timers() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_async_read_takes_the_free_overdraft_then_the_next_waits_for_a_release() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(100));
+        let mut other = MemoryReservation::new(&pool);
+        other.grow(100);
+        let budget = ReadBudget::new(Duration::from_secs(60));
+        runtime_without_timers().block_on(async {
+            let (first, overdraft) = budget.reserve(&pool, 40).await.unwrap();
+            assert!(overdraft.is_some());
+            assert_eq!(first.size(), 40);
+            // The overdraft is taken and the pool is full: the second read waits, as a task,
+            // until memory is released.
+            let mut second = std::pin::pin!(budget.reserve(&pool, 40));
+            assert!(futures::poll!(second.as_mut()).is_pending());
+            other.shrink(100);
+            let (reserved, overdraft) = second.await.unwrap();
+            assert!(
+                overdraft.is_none(),
+                "room was released: no overdraft needed"
+            );
+            assert_eq!(reserved.size(), 40);
+            drop(overdraft);
+        });
+        assert_eq!(budget.overdrafts(), 1);
+    }
+
+    #[test]
+    fn an_async_read_with_nothing_released_stalls_into_an_error_without_a_time_driver() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(100));
+        let mut other = MemoryReservation::new(&pool);
+        other.grow(100);
+        let budget = ReadBudget::new(Duration::from_millis(20));
+        runtime_without_timers().block_on(async {
+            let held = budget.reserve(&pool, 10).await.unwrap();
+            let error = budget.reserve(&pool, 10).await.unwrap_err();
+            match error {
+                MergeError::ReadStalled {
+                    bytes,
+                    reserved,
+                    limit,
+                    ..
+                } => assert_eq!((bytes, reserved, limit), (10, 110, 100)),
+                other => panic!("expected ReadStalled, got {other}"),
+            }
+            drop(held);
+        });
+        assert!(budget.waited() > Duration::ZERO);
     }
 }

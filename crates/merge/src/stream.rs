@@ -10,12 +10,16 @@
 //! With [`ReadSlots`](crate::ReadSlots) in the options, a read first waits (as a small async
 //! task, no thread) for a slot shared with other streams, then runs on a blocking thread with
 //! the slot and gives it back when the segment is decoded. The segment's bytes are reserved
-//! when the read is queued, so the pool sees what the stream will hold.
+//! when the read is queued, so the pool sees what the stream will hold. With a
+//! [`ReadBudget`], the read the merge needs may have to wait for room: it waits as the same
+//! small task, *before* taking a slot, so a slot is only ever held by a read whose memory is
+//! reserved and which therefore finishes.
 //!
 //! # Locking
 //! None: the stream is polled by one task at a time (`&mut self`), and a read task shares
-//! nothing with it but the pool, which is lock-free, and the slots' semaphore, which is taken
-//! by the read task alone and released by it; its result comes back through its `JoinHandle`.
+//! nothing with it but the pool, which is lock-free, the read budget (a semaphore for its
+//! overdraft, and the pool's release signal, whose mutex guards only its epoch), and the slots'
+//! semaphore, which is taken by the read task alone and released by it; its result comes back through its `JoinHandle`.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -107,7 +111,7 @@ impl MergeStream {
 
     /// Starts the read of the next segment on a blocking thread (after a read slot, if the
     /// stream has slots), with `reserved` if it was reserved already; else with a forced grow,
-    /// or, with a read budget, after waiting for room on that thread.
+    /// or, with a read budget, after waiting for room as a task, before taking the slot.
     fn launch_one(&mut self, reserved: Option<Reserved>) -> Result<(), ArrowError> {
         let runtime = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime,
@@ -121,28 +125,34 @@ impl MergeStream {
         let Some((index, segment)) = self.state.launch_next() else {
             return Ok(());
         };
-        let reserved = match (reserved, &self.budget) {
-            (Some(reserved), _) => Ok(reserved),
-            (None, None) => Ok((reserve_segment(&self.pool, &segment), None)),
-            (None, Some(budget)) => Err((budget.clone(), Arc::clone(&self.pool))),
-        };
         let schema = self.schema();
         let (path, offset) = (segment.path().to_path_buf(), segment.offset());
-        let read = move || {
-            let reserved = match reserved {
-                Ok(reserved) => reserved,
-                Err((budget, pool)) => budget.reserve_blocking(&pool, segment.memory_bytes())?,
-            };
+        let bytes = segment.memory_bytes();
+        // Reserve (or wait for room, as a task) first, then a slot, then read on a blocking
+        // thread: a read that holds a slot never waits for memory (see `ReadBudget::reserve`).
+        let reserve = match (reserved, &self.budget) {
+            (Some(reserved), _) => Reserve::Done(reserved),
+            (None, None) => Reserve::Done((reserve_segment(&self.pool, &segment), None)),
+            (None, Some(budget)) => Reserve::Wait(budget.clone(), Arc::clone(&self.pool)),
+        };
+        let read = move |reserved: Reserved| {
             ChargedBatches::read_segment(&segment, index, reserved, &schema)
         };
-        let handle = match self.slots.clone() {
-            None => runtime.spawn_blocking(read),
-            Some(slots) => {
+        let handle = match (reserve, self.slots.clone()) {
+            (Reserve::Done(reserved), None) => runtime.spawn_blocking(move || read(reserved)),
+            (reserve, slots) => {
                 let (path, offset) = (path.clone(), offset);
                 runtime.spawn(async move {
-                    let slot = slots.acquire().await;
+                    let reserved = match reserve {
+                        Reserve::Done(reserved) => reserved,
+                        Reserve::Wait(budget, pool) => budget.reserve(&pool, bytes).await?,
+                    };
+                    let slot = match slots {
+                        Some(slots) => slots.acquire().await,
+                        None => None,
+                    };
                     let blocking = tokio::task::spawn_blocking(move || {
-                        let batches = read();
+                        let batches = read(reserved);
                         drop(slot);
                         batches
                     });
@@ -159,6 +169,12 @@ impl MergeStream {
         });
         Ok(())
     }
+}
+
+/// A read's memory: reserved already, or to wait for with the read budget.
+enum Reserve {
+    Done(Reserved),
+    Wait(ReadBudget, Arc<dyn MemoryPool>),
 }
 
 fn join_failure(e: JoinError, path: PathBuf, offset: u64) -> ArrowError {

@@ -201,13 +201,14 @@ fn the_stream_passes_the_limit_by_at_most_its_segments() {
 /// (and with the bound off): each partition whole, in order, and the pool back to zero.
 #[test]
 fn partitions_streamed_at_once_through_one_read_slot_come_back_whole() {
-    for reads in [1, 0] {
+    let budget = Some(arrow_shards::DEFAULT_READ_STALL_TIMEOUT);
+    for (reads, stall) in [(1, budget), (0, budget), (1, None)] {
         let Filled {
             buffer,
             expected,
             _root,
             ..
-        } = filled_reading(reads);
+        } = filled_with(reads, stall);
         let pool = Arc::clone(buffer.memory_pool());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -223,7 +224,10 @@ fn partitions_streamed_at_once_through_one_read_slot_come_back_whole() {
                     .collect::<Vec<i64>>()
             }),
         ));
-        assert_eq!(got, expected, "max concurrent reads {reads}");
+        assert_eq!(
+            got, expected,
+            "max concurrent reads {reads}, stall timeout {stall:?}"
+        );
         drop(runtime);
         buffer.close().unwrap();
         assert_eq!(pool.reserved(), 0);
