@@ -209,13 +209,62 @@ impl ShardBuffer {
     /// # }
     /// ```
     pub fn subscribe(&self, partition: u32) -> Result<SubscriptionStream, Error> {
-        SubscriptionStream::new(Arc::clone(&self.shared), partition)
+        SubscriptionStream::new(Arc::clone(&self.shared), partition, 0)
+    }
+
+    /// [`subscribe`](Self::subscribe) with a minimum batch: the partition's open batch is also
+    /// handed over (cut) once it holds `min_rows` rows, before it reaches the compaction
+    /// target, and the subscription is woken when it does. For partitions that would reach
+    /// the target late or never (many partitions, small tables): a consumer then gets batches
+    /// of at least `min_rows` rows while producers write, instead of everything at the end.
+    /// `min_rows` 0 is [`subscribe`](Self::subscribe). The last batch may be shorter.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::task::Poll;
+    /// # use arrow_array::{Int64Array, RecordBatch};
+    /// # use arrow_shards::ShardBuffer;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let batch = |first: i64| {
+    ///     let ids = Int64Array::from_iter_values(first..first + 100);
+    ///     RecordBatch::try_from_iter([("id", Arc::new(ids) as _)]).unwrap()
+    /// };
+    /// let buffer = ShardBuffer::builder(batch(0).schema(), 1).build()?;
+    /// let mut reader = buffer.subscribe_blocking_with_min_rows(0, 250)?;
+    /// for first in [0, 100, 200] {
+    ///     buffer.write_blocking(0, batch(first))?;
+    /// }
+    /// // 300 rows in the open batch (the compaction target is 8192): past the minimum
+    /// let Poll::Ready(Some(early)) = reader.try_next() else { panic!("nothing taken") };
+    /// assert_eq!(early?.num_rows(), 300);
+    /// buffer.finish()?;
+    /// assert!(reader.next().is_none());
+    /// buffer.close()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn subscribe_with_min_rows(
+        &self,
+        partition: u32,
+        min_rows: usize,
+    ) -> Result<SubscriptionStream, Error> {
+        SubscriptionStream::new(Arc::clone(&self.shared), partition, min_rows)
     }
 
     /// [`subscribe`](Self::subscribe) as a blocking iterator and `RecordBatchReader`: `next`
     /// waits on the calling thread while nothing is there to take yet.
     pub fn subscribe_blocking(&self, partition: u32) -> Result<SubscriptionReader, Error> {
-        SubscriptionReader::new(Arc::clone(&self.shared), partition)
+        SubscriptionReader::new(Arc::clone(&self.shared), partition, 0)
+    }
+
+    /// [`subscribe_with_min_rows`](Self::subscribe_with_min_rows) as a blocking iterator and
+    /// `RecordBatchReader`.
+    pub fn subscribe_blocking_with_min_rows(
+        &self,
+        partition: u32,
+        min_rows: usize,
+    ) -> Result<SubscriptionReader, Error> {
+        SubscriptionReader::new(Arc::clone(&self.shared), partition, min_rows)
     }
 
     /// A snapshot of the buffer's counters.

@@ -6,7 +6,9 @@
 //! merge crate like a whole read; with nothing there, the subscription waits on its partition's
 //! `Notify` (woken after unlock when a batch is stored, segments land, or the partition is
 //! sealed, the buffer finished or closed). The take that finds the partition sealed or the
-//! buffer finished also takes the open batch and is the last.
+//! buffer finished also takes the open batch and is the last. A subscription with a minimum of
+//! rows (`subscribe_with_min_rows`) also takes the open batch once it holds that many rows,
+//! and is woken when it reaches them.
 //!
 //! # Locking
 //! The buffer's `State` lock is taken for each take and for abandoning on drop, never while
@@ -54,9 +56,9 @@ enum Next {
 }
 
 impl Claim {
-    fn new(shared: Arc<Shared>, partition: u32) -> Result<Self, Error> {
+    fn new(shared: Arc<Shared>, partition: u32, min_rows: usize) -> Result<Self, Error> {
         shared.check_partition(partition)?;
-        let notify = shared.lock().subscribe(partition)?;
+        let notify = shared.lock().subscribe(partition, min_rows)?;
         Ok(Self {
             shared,
             partition,
@@ -138,10 +140,10 @@ impl std::fmt::Debug for SubscriptionStream {
 }
 
 impl SubscriptionStream {
-    pub(crate) fn new(shared: Arc<Shared>, partition: u32) -> Result<Self, Error> {
+    pub(crate) fn new(shared: Arc<Shared>, partition: u32, min_rows: usize) -> Result<Self, Error> {
         let schema = Arc::clone(&shared.schema);
         Ok(Self {
-            claim: Some(Claim::new(shared, partition)?),
+            claim: Some(Claim::new(shared, partition, min_rows)?),
             current: None,
             waiting: None,
             schema,
@@ -215,10 +217,10 @@ pub struct SubscriptionReader {
 }
 
 impl SubscriptionReader {
-    pub(crate) fn new(shared: Arc<Shared>, partition: u32) -> Result<Self, Error> {
+    pub(crate) fn new(shared: Arc<Shared>, partition: u32, min_rows: usize) -> Result<Self, Error> {
         let schema = Arc::clone(&shared.schema);
         Ok(Self {
-            claim: Some(Claim::new(shared, partition)?),
+            claim: Some(Claim::new(shared, partition, min_rows)?),
             current: None,
             schema,
         })

@@ -15,6 +15,11 @@
 //! cargo run --release -p arrow-shards-benches --bin shuffle-bench -- --scaling
 //! ```
 
+/// With the `jemalloc` feature, the CLI's allocator (see the feature's note in Cargo.toml).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod cases;
 mod data;
 mod proc_status;

@@ -419,6 +419,13 @@ impl State {
         self.bytes_written += written as u64;
         // An abandoned partition's rows are discarded by the cut (see `push_stored`).
         let abandoned = matches!(p.reader, super::Reader::Abandoned);
+        // A subscriber with a minimum is woken when the open batch reaches it.
+        if let super::Reader::Streaming { notify, min_rows } = &p.reader {
+            let rows = open.rows();
+            if *min_rows > 0 && rows >= *min_rows && rows - len < *min_rows && !full {
+                self.wakes.push(Arc::clone(notify));
+            }
+        }
         self.bytes_changed(partition, old);
         if full || abandoned {
             self.cut(partition)?;

@@ -94,8 +94,12 @@ pub(crate) enum Reader {
     /// Nobody yet.
     #[default]
     Unclaimed,
-    /// A subscription, woken through this when there is more to take.
-    Streaming(Arc<Notify>),
+    /// A subscription, woken through `notify` when there is more to take; with `min_rows`
+    /// above 0, a take also cuts the open batch once it holds that many rows.
+    Streaming {
+        notify: Arc<Notify>,
+        min_rows: usize,
+    },
     /// Everything was taken (a read, or a subscription to the end): nothing more comes.
     Done,
     /// The subscription was dropped before the end: what is written to it is discarded.
@@ -249,7 +253,7 @@ impl State {
 
     /// Queues `partition`'s subscriber, if it has one, to be woken after unlock.
     fn wake(&mut self, partition: u32) {
-        if let Reader::Streaming(notify) = &self.partitions[partition as usize].reader {
+        if let Reader::Streaming { notify, .. } = &self.partitions[partition as usize].reader {
             self.wakes.push(Arc::clone(notify));
         }
     }
@@ -257,7 +261,7 @@ impl State {
     /// Queues every subscriber to be woken after unlock.
     fn wake_all(&mut self) {
         for p in &self.partitions {
-            if let Reader::Streaming(notify) = &p.reader {
+            if let Reader::Streaming { notify, .. } = &p.reader {
                 self.wakes.push(Arc::clone(notify));
             }
         }
@@ -373,7 +377,7 @@ impl State {
                 self.extra -= stored.overhead;
                 return;
             }
-            Reader::Streaming(notify) => self.wakes.push(Arc::clone(notify)),
+            Reader::Streaming { notify, .. } => self.wakes.push(Arc::clone(notify)),
             Reader::Unclaimed | Reader::Done => {}
         }
         let old = p.bytes;

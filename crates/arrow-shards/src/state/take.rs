@@ -41,11 +41,19 @@ impl State {
         Ok(taken)
     }
 
-    /// Claims `partition` for a subscription: the `Notify` it waits on for more.
-    pub(crate) fn subscribe(&mut self, partition: u32) -> Result<Arc<Notify>, Error> {
+    /// Claims `partition` for a subscription: the `Notify` it waits on for more. With
+    /// `min_rows` above 0, its takes also cut the open batch once it holds that many rows.
+    pub(crate) fn subscribe(
+        &mut self,
+        partition: u32,
+        min_rows: usize,
+    ) -> Result<Arc<Notify>, Error> {
         self.claim(partition)?;
         let notify = Arc::new(Notify::new());
-        self.partitions[partition as usize].reader = Reader::Streaming(Arc::clone(&notify));
+        self.partitions[partition as usize].reader = Reader::Streaming {
+            notify: Arc::clone(&notify),
+            min_rows,
+        };
         self.partitions_read += 1;
         Ok(notify)
     }
@@ -61,23 +69,25 @@ impl State {
         }
     }
 
-    /// Takes what `partition`'s subscription may have now: its segments and stored batches;
-    /// once it is sealed or the buffer finished, its open batch too, and that take is the last.
+    /// Takes what `partition`'s subscription may have now: its segments and stored batches,
+    /// and its open batch if it holds the subscription's minimum of rows; once it is sealed or
+    /// the buffer finished, its open batch whatever its size, and that take is the last.
     pub(crate) fn take_some(&mut self, partition: u32) -> Result<Chunk, Error> {
         if self.closed {
             return Err(Error::Closed);
         }
-        if !matches!(
-            self.partitions[partition as usize].reader,
-            Reader::Streaming(_)
-        ) {
+        let Reader::Streaming { min_rows, .. } = self.partitions[partition as usize].reader else {
             return Err(Error::Internal("a take by a partition's non-subscriber"));
-        }
+        };
         let p = &self.partitions[partition as usize];
         if p.sealed || self.finished {
             let taken = self.take_rest(partition)?;
             self.partitions[partition as usize].reader = Reader::Done;
             return Ok(Chunk { taken, last: true });
+        }
+        if min_rows > 0 && p.open.as_ref().is_some_and(|o| o.rows() >= min_rows) {
+            self.cut(partition)?;
+            self.settle();
         }
         let taken = self.take_taken(partition);
         self.rows_streamed += taken.rows() as u64;
@@ -130,7 +140,7 @@ impl State {
     /// (`Metrics::rows_discarded`). Nothing happens if the subscription had reached its end.
     pub(crate) fn abandon(&mut self, partition: u32) -> Discarded {
         let p = &mut self.partitions[partition as usize];
-        if !matches!(p.reader, Reader::Streaming(_)) {
+        if !matches!(p.reader, Reader::Streaming { .. }) {
             return (Vec::new(), None, Vec::new());
         }
         p.reader = Reader::Abandoned;

@@ -40,7 +40,8 @@ enum Op {
     Spill(usize),
     SpillOf(u32, bool),
     Read(u32),
-    Subscribe(u32),
+    /// A subscription, with its minimum batch (0: none).
+    Subscribe(u32, usize),
     TakeSome(u32),
     /// A spill of the partition in flight while its subscription takes, then committed.
     SpillTake(u32),
@@ -55,7 +56,8 @@ fn op() -> impl Strategy<Value = Op> {
         (0usize..100_000).prop_map(Op::Spill),
         (0..PARTITIONS, any::<bool>()).prop_map(|(p, commit)| Op::SpillOf(p, commit)),
         (0..PARTITIONS).prop_map(Op::Read),
-        (0..PARTITIONS).prop_map(Op::Subscribe),
+        (0..PARTITIONS, prop_oneof![Just(0usize), 1usize..300])
+            .prop_map(|(p, min)| Op::Subscribe(p, min)),
         (0..PARTITIONS).prop_map(Op::TakeSome),
         (0..PARTITIONS).prop_map(Op::SpillTake),
         (0..PARTITIONS).prop_map(Op::Abandon),
@@ -166,7 +168,7 @@ proptest! {
                         }
                     }
                 }
-                Op::Subscribe(_) | Op::TakeSome(_) | Op::SpillTake(_) | Op::Abandon(_) => {}
+                Op::Subscribe(..) | Op::TakeSome(_) | Op::SpillTake(_) | Op::Abandon(_) => {}
                 Op::Read(p) => {
                     state.seal(p).unwrap();
                     let rows = {
@@ -180,9 +182,9 @@ proptest! {
                 }
             }
             match *op {
-                Op::Subscribe(p) => {
+                Op::Subscribe(p, min_rows) => {
                     let claimed = !matches!(state.partitions[p as usize].reader, Reader::Unclaimed);
-                    prop_assert_eq!(state.subscribe(p).is_err(), claimed);
+                    prop_assert_eq!(state.subscribe(p, min_rows).is_err(), claimed);
                 }
                 Op::TakeSome(p) => {
                     // Counted from the partition: the fake spills above land no segments.
@@ -190,10 +192,15 @@ proptest! {
                     if let Ok(chunk) = state.take_some(p) {
                         taken_rows += before - rows_of(&state, p);
                         taken.push(chunk.taken);
+                        // A take leaves an open batch under the subscription's minimum only.
+                        if let Reader::Streaming { min_rows, .. } = state.partitions[p as usize].reader {
+                            let open = state.partitions[p as usize].open.as_ref().map_or(0, |o| o.rows());
+                            prop_assert!(min_rows == 0 || open < min_rows, "{} rows left open", open);
+                        }
                     }
                 }
                 Op::SpillTake(p) => {
-                    if !matches!(state.partitions[p as usize].reader, Reader::Streaming(_)) {
+                    if !matches!(state.partitions[p as usize].reader, Reader::Streaming { .. }) {
                         continue;
                     }
                     if let Ok(Some((ticket, batches))) = state.start_spill_of(p) {

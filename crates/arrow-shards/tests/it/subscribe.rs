@@ -67,7 +67,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
     /// Every partition streamed by its own reader while producers write, under a limit small
-    /// enough to spill: every row once, in each producer's order.
+    /// enough to spill, with or without a minimum batch: every row once, in each producer's
+    /// order.
     #[test]
     fn streamed_rows_come_back_once_in_producer_order(
         kinds in proptest::collection::vec(0..KINDS, 0..4),
@@ -78,6 +79,7 @@ proptest! {
         limit_kib in 64usize..4096,
         scatter in any::<bool>(),
         seal in any::<bool>(),
+        min_rows in prop_oneof![Just(0usize), 1usize..2000],
         seed in any::<u64>(),
     ) {
         let schema = schema(&kinds);
@@ -90,7 +92,7 @@ proptest! {
         let (written, read) = std::thread::scope(|s| {
             let readers: Vec<_> = (0..partitions)
                 .map(|p| {
-                    let reader = buffer.subscribe_blocking(p).unwrap();
+                    let reader = buffer.subscribe_blocking_with_min_rows(p, min_rows).unwrap();
                     s.spawn(move || reader.collect::<Result<Vec<_>, ArrowError>>())
                 })
                 .collect();
@@ -190,6 +192,63 @@ fn a_take_hands_over_complete_batches_while_the_partition_is_open() {
     ));
     let metrics = buffer.close().unwrap();
     assert_eq!(metrics.rows_read, target as u64 + 30);
+}
+
+/// Counts wake-ups, to tell whether a subscription was woken (no timing involved).
+#[derive(Default)]
+struct Woken(std::sync::atomic::AtomicUsize);
+
+impl futures::task::ArcWake for Woken {
+    fn wake_by_ref(arc_self: &std::sync::Arc<Self>) {
+        arc_self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_minimum_hands_over_the_open_batch_once_it_holds_that_many_rows() {
+    let schema = schema(&[0]);
+    let buffer = ShardBuffer::builder(schema.clone(), 1).build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let _entered = runtime.enter();
+    let mut stream = buffer.subscribe_with_min_rows(0, 100).unwrap();
+    let woken = std::sync::Arc::new(Woken::default());
+    let waker = futures::task::waker(std::sync::Arc::clone(&woken));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let woken_times = || woken.0.load(std::sync::atomic::Ordering::SeqCst);
+
+    buffer.write_blocking(0, ints(&schema, 0, 60)).unwrap();
+    assert!(
+        stream.poll_next_unpin(&mut cx).is_pending(),
+        "60 rows: under the minimum"
+    );
+    buffer.write_blocking(0, ints(&schema, 60, 30)).unwrap();
+    assert_eq!(woken_times(), 0, "90 rows: not woken");
+    buffer.write_blocking(0, ints(&schema, 90, 30)).unwrap();
+    assert_eq!(
+        woken_times(),
+        1,
+        "120 rows: woken once the minimum is reached"
+    );
+    let Poll::Ready(Some(first)) = stream.poll_next_unpin(&mut cx) else {
+        panic!("the open batch was not handed over");
+    };
+    assert_eq!(seqs(&[first.unwrap()]), (0..120).collect::<Vec<_>>());
+    buffer.write_blocking(0, ints(&schema, 120, 10)).unwrap();
+    assert!(
+        stream.poll_next_unpin(&mut cx).is_pending(),
+        "10 rows: under the minimum"
+    );
+    buffer.finish().unwrap();
+    let rest: Vec<_> = runtime.block_on(stream.collect::<Vec<_>>());
+    let rest: Vec<_> = rest.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        seqs(&rest),
+        (120..130).collect::<Vec<_>>(),
+        "the last batch is shorter"
+    );
+    assert_eq!(buffer.close().unwrap().rows_streamed, 120);
 }
 
 #[test]
