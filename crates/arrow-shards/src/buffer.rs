@@ -267,6 +267,16 @@ impl ShardBuffer {
         SubscriptionReader::new(Arc::clone(&self.shared), partition, min_rows)
     }
 
+    /// This buffer's spiller as a [`SpillPeer`](arrow_shards_memory::SpillPeer), held weakly
+    /// (it never keeps the buffer alive), for a registry that asks buffers to spill for
+    /// others, such as the DataFusion integration's `SpillForOthersPool`. Buffers on a pool
+    /// that keeps [`SpillPeers`](arrow_shards_memory::SpillPeers) join it themselves; this is
+    /// for registries the buffer's own spill choice should not consult. `None` without a
+    /// spiller (spilling off).
+    pub fn spill_peer(&self) -> Option<std::sync::Weak<dyn arrow_shards_memory::SpillPeer>> {
+        self.spiller.as_ref().map(|s| s.peer())
+    }
+
     /// A snapshot of the buffer's counters.
     pub fn metrics(&self) -> Metrics {
         let state = self.shared.lock();

@@ -48,8 +48,17 @@ enum Step {
     Done,
     /// Wait for a release, then try again.
     Wait(Shard),
-    /// Too large for the whole limit: to disk.
+    /// Too large for the whole limit, or refused with nothing of this buffer's to free: to
+    /// disk.
     Disk(Shard),
+}
+
+/// What a refused write does.
+enum Wait {
+    /// Waits for a release.
+    Release,
+    /// Goes to disk: nothing of this buffer's can be freed.
+    Never,
 }
 
 /// How a write proceeds after `prepare`.
@@ -354,35 +363,46 @@ impl ShardBuffer {
                 needed,
                 shard,
             } => match self.may_wait(error, needed, need) {
-                Ok(()) => Ok(Step::Wait(shard)),
+                Ok(Wait::Release) => Ok(Step::Wait(shard)),
+                Ok(Wait::Never) => Ok(Step::Disk(shard)),
                 Err(error) => Err(WriteError::new(partition, error, shard.into_batch())),
             },
         }
     }
 
     /// Whether a write refused for memory may wait: with spilling, after waking the spiller,
-    /// unless spilling has failed; without, only with a write timeout.
-    /// While it waits, the writer's need is counted in `need` so that the spiller frees room for
-    /// it even below the threshold.
+    /// unless spilling has failed, or goes to disk if neither this buffer nor another on the
+    /// pool holds anything it could spill (the pool is held by others: DataFusion's other
+    /// operators on a shared session pool; waiting would only end at the write timeout); without spilling, it waits only with a
+    /// write timeout. While it waits, the writer's need is counted in `need` so that the
+    /// spiller frees room for it even below the threshold.
     fn may_wait<'a>(
         &'a self,
         error: Error,
         needed: usize,
         need: &mut Option<NeedGuard<'a>>,
-    ) -> Result<(), Error> {
+    ) -> Result<Wait, Error> {
         match (&self.spiller, &self.shared.spill) {
             (Some(spiller), Some(side)) => {
-                if let Some(failed) = self.shared.lock().spill_error() {
-                    return Err(Error::Spill(failed));
+                let nothing_here = {
+                    let state = self.shared.lock();
+                    if let Some(failed) = state.spill_error() {
+                        return Err(Error::Spill(failed));
+                    }
+                    state.nothing_to_free()
+                };
+                // Asked without our lock: the peers' locks are taken one at a time.
+                if nothing_here && !spiller.others_can_free(&self.shared) {
+                    return Ok(Wait::Never);
                 }
                 match need {
                     Some(guard) => guard.set(needed),
                     None => *need = Some(NeedGuard::new(side, needed)),
                 }
                 spiller.wake(side);
-                Ok(())
+                Ok(Wait::Release)
             }
-            _ if self.shared.config.write_timeout.is_some() => Ok(()),
+            _ if self.shared.config.write_timeout.is_some() => Ok(Wait::Release),
             _ => Err(error),
         }
     }

@@ -23,6 +23,7 @@ use crate::exchange::{Exchange, ExchangeMetrics, MakeRoute};
 use crate::options::ShardRepartitionOptions;
 use crate::pool::SessionPool;
 use crate::route::Route;
+use crate::spill_for_others::SpillForOthersPool;
 
 /// A hash (or round robin) repartition whose output partitions come from one
 /// [`ShardBuffer`]: a materialising exchange that spills under the session's memory limit.
@@ -147,6 +148,9 @@ impl ShardRepartitionExec {
         let buffer = builder
             .build()
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if let Some(others) = context.memory_pool().downcast_ref::<SpillForOthersPool>() {
+            others.join(&buffer);
+        }
         let route: MakeRoute = match self.partitioning().clone() {
             Partitioning::Hash(exprs, _) => {
                 Arc::new(move |_| Route::hash(exprs.clone(), partitions))

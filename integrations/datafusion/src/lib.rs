@@ -8,6 +8,8 @@
 //! - [`SessionPool`]: the buffer's memory charged to the session's `MemoryPool` as one
 //!   spillable consumer, so one limit covers DataFusion's operators and the buffer;
 //!   [`to_datafusion_error`] maps the buffer's errors back.
+//! - [`SpillForOthersPool`]: wraps the session's pool so that the exchanges spill for the
+//!   plan's other operators when those are refused (DataFusion's pools never ask).
 //! - [`ShardRepartitionRule`] and [`with_shard_repartition`]: put it in place of
 //!   `RepartitionExec` (opt-in, limited by [`ShardRepartitionOptions`]).
 //!
@@ -49,9 +51,11 @@ mod options;
 mod pool;
 mod route;
 mod rule;
+mod spill_for_others;
 
 pub use errors::to_datafusion_error;
 pub use exec::ShardRepartitionExec;
 pub use options::{ExchangeMode, ShardRepartitionOptions};
 pub use pool::SessionPool;
 pub use rule::{ShardRepartitionRule, with_shard_repartition};
+pub use spill_for_others::{DEFAULT_SPILL_FOR_OTHERS_WAIT, SpillForOthersPool};

@@ -5,7 +5,10 @@
 //! buffer spills when refused), so one limit covers DataFusion's operators and the buffer. A
 //! refusal from DataFusion (`ResourcesExhausted`) becomes the buffer's [`MemoryExhausted`],
 //! which the buffer answers by spilling or waiting; the buffer's own errors go back to
-//! DataFusion through `errors.rs`.
+//! DataFusion through `errors.rs`. When the session's pool is a [`SpillForOthersPool`], the
+//! bridge's consumer is exempt from the wrapper's spilling for others (the buffer answers its
+//! own refusals); the exchange joins its buffer to the wrapper
+//! ([`SpillForOthersPool::join`]).
 //!
 //! # Locking
 //! None of its own: DataFusion's reservation and the session pool are atomic (or lock inside
@@ -16,6 +19,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::spill_for_others::SpillForOthersPool;
 use arrow_shards::{MemoryExhausted, MemoryPool, ReleaseSignal};
 use datafusion::execution::memory_pool::{
     MemoryConsumer, MemoryLimit, MemoryPool as SessionMemoryPool, MemoryReservation,
@@ -51,9 +55,11 @@ impl SessionPool {
     /// Registers a spillable consumer called `name` with `session` (its reservation starts
     /// empty and is freed when the bridge is dropped).
     pub fn new(session: &Arc<dyn SessionMemoryPool>, name: impl Into<String>) -> Self {
-        let reservation = MemoryConsumer::new(name)
-            .with_can_spill(true)
-            .register(session);
+        let consumer = MemoryConsumer::new(name).with_can_spill(true);
+        if let Some(others) = session.downcast_ref::<SpillForOthersPool>() {
+            others.exempt(&consumer);
+        }
+        let reservation = consumer.register(session);
         Self {
             reservation,
             session: Arc::clone(session),

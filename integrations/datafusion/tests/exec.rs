@@ -11,7 +11,9 @@ use datafusion::arrow::array::{Array, Int64Array, RecordBatch};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+use datafusion::execution::memory_pool::{
+    GreedyMemoryPool, MemoryLimit, MemoryPool, MemoryReservation,
+};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::physical_expr::expressions::col;
 use datafusion::physical_plan::repartition::RepartitionExec;
@@ -235,4 +237,106 @@ async fn dropping_the_streams_before_reading_stops_the_inputs() {
     tokio::task::yield_now().await;
     drop(streams);
     limited.assert_released().await;
+}
+
+/// A session pool that remembers the most it ever held.
+#[derive(Debug)]
+struct PeakPool {
+    inner: GreedyMemoryPool,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl PeakPool {
+    fn note(&self) {
+        let now = self.inner.reserved();
+        self.peak
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Display for PeakPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PeakPool (peak {})", self.peak())
+    }
+}
+
+impl MemoryPool for PeakPool {
+    fn name(&self) -> &str {
+        "PeakPool"
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.inner.grow(reservation, additional);
+        self.note();
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.inner.shrink(reservation, shrink);
+    }
+
+    fn try_grow(
+        &self,
+        reservation: &MemoryReservation,
+        additional: usize,
+    ) -> datafusion::common::Result<()> {
+        self.inner.try_grow(reservation, additional)?;
+        self.note();
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.inner.reserved()
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        self.inner.memory_limit()
+    }
+}
+
+/// Streaming (the default mode), every output driven at once under an 8 MiB session pool:
+/// the same rows as `RepartitionExec`, and the pool's peak within the documented bound
+/// (docs/memory-accounting.md): the limit, plus one segment decoded past it (the read
+/// budget's overdraft, 4 MiB segments by default), plus one input batch refused and written
+/// past it (the oversized batch, here ~0.5 MiB), plus what decoding adds over a segment's
+/// estimate (1 MiB allowed). Without the read budget each of the 16 readers could pass the
+/// limit by a segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_every_output_at_once_holds_the_session_limit() {
+    let input = lineitem();
+    let root = tempfile::tempdir().unwrap();
+    let unlimited = context(Arc::new(GreedyMemoryPool::new(usize::MAX / 2)), root.path());
+    let theirs = RepartitionExec::try_new(Arc::clone(&input), hash_on_orderkey(&input)).unwrap();
+    let expected = collect_partitioned(Arc::new(theirs), unlimited)
+        .await
+        .unwrap();
+
+    let pool = Arc::new(PeakPool {
+        inner: GreedyMemoryPool::new(LIMIT),
+        peak: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let session: Arc<dyn MemoryPool> = pool.clone();
+    let ctx = context(Arc::clone(&session), root.path());
+    let ours = Arc::new(
+        ShardRepartitionExec::try_new_with(
+            Arc::clone(&input),
+            hash_on_orderkey(&input),
+            ShardRepartitionOptions::default(),
+        )
+        .unwrap(),
+    );
+    let got = collect_partitioned(ours.clone(), ctx).await.unwrap();
+    assert_eq!(keys(&got), keys(&expected));
+    let bound = LIMIT + (4 << 20) + (1 << 19) + (1 << 20);
+    assert!(
+        pool.peak() <= bound,
+        "peak {} over the bound {bound}",
+        pool.peak()
+    );
+    ours.wait_closed().await;
+    assert_eq!(session.reserved(), 0);
+    assert_eq!(files(root.path()), Vec::<std::path::PathBuf>::new());
 }

@@ -64,7 +64,7 @@ pub(crate) struct Spiller {
     jobs: Sender<Job>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// This buffer's membership of its pool's spill peers; it leaves when the spiller goes.
-    _peer: Arc<Peer>,
+    peer: Arc<Peer>,
 }
 
 impl Spiller {
@@ -79,8 +79,20 @@ impl Spiller {
         Ok(Self {
             jobs,
             thread: Mutex::new(Some(thread)),
-            _peer: peer,
+            peer,
         })
+    }
+
+    /// This buffer's spiller as a [`SpillPeer`](arrow_shards_memory::SpillPeer) (weakly).
+    pub(crate) fn peer(&self) -> std::sync::Weak<dyn arrow_shards_memory::SpillPeer> {
+        let as_member: Arc<dyn arrow_shards_memory::SpillPeer> = self.peer.clone();
+        Arc::downgrade(&as_member)
+    }
+
+    /// Whether another member of the pool's spill peers holds a partition it could spill (it
+    /// takes their locks one at a time: call it holding none).
+    pub(crate) fn others_can_free(&self, shared: &Shared) -> bool {
+        self.peer.largest_other(shared.pool.spill_peers()).is_some()
     }
 
     /// Asks for a round if none is pending.

@@ -20,6 +20,13 @@ impl State {
         self.victims.largest()
     }
 
+    /// True if nothing this buffer holds could be spilled to free memory, now or when a running
+    /// round commits: no spillable partition and no spill in flight. A writer refused then
+    /// would wait for memory only others can free (a pool shared with other consumers).
+    pub(crate) fn nothing_to_free(&self) -> bool {
+        self.largest_spillable() == 0 && self.partitions.iter().all(|p| p.in_flight.is_none())
+    }
+
     /// Picks the largest partitions until `want` bytes are chosen (at least one partition if any
     /// holds `floor` bytes or more), cuts their open batches, marks their batches in flight under
     /// a new ticket and returns clones of them to write. `floor` is the largest partition of the

@@ -15,8 +15,9 @@ fn batch(first: i64, rows: i64) -> RecordBatch {
     RecordBatch::try_from_iter([("k", k)]).unwrap()
 }
 
-/// A pool filled by another buffer, so `buffer`'s own writers wait with nothing of their own
-/// to free: only `close()` can release them.
+/// A pool filled by another buffer that cannot spill. Without spilling, `buffer`'s own writers
+/// wait (up to their hour-long timeout): only `close()` can release them. With spilling, a
+/// refused write with nothing to free anywhere goes to disk instead of waiting.
 fn waiting_setup(spill: bool) -> (ShardBuffer, ShardBuffer, tempfile::TempDir) {
     let root = tempfile::tempdir().unwrap();
     let size = batch_memory_size(&batch(0, 1000));
@@ -42,8 +43,8 @@ fn waiting_setup(spill: bool) -> (ShardBuffer, ShardBuffer, tempfile::TempDir) {
 
 #[test]
 fn close_releases_blocked_writers_with_their_batch() {
-    for spill in [false, true] {
-        let (buffer, other, _root) = waiting_setup(spill);
+    {
+        let (buffer, other, _root) = waiting_setup(false);
         let results = watchdog(
             "close() must release writers blocked on memory",
             Duration::from_secs(60),
@@ -68,16 +69,32 @@ fn close_releases_blocked_writers_with_their_batch() {
         );
         for (w, result) in results.into_iter().enumerate() {
             let e = result.expect_err("nothing fits: the write cannot have succeeded");
-            assert!(matches!(e.error(), Error::Closed), "spill {spill}: {e}");
+            assert!(matches!(e.error(), Error::Closed), "{e}");
             assert_eq!(e.into_batch(), batch(w as i64 * 1000, 1000));
         }
         drop(other);
     }
 }
 
+/// With spilling, writers refused while nothing anywhere on the pool can be spilled do not
+/// wait for a release that only `other` could give: their batches go to disk, and read back.
+#[test]
+fn refused_writes_with_nothing_to_free_go_to_disk() {
+    let (buffer, other, _root) = waiting_setup(true);
+    for w in 0..3i64 {
+        buffer.write_blocking(0, batch(w * 1000, 1000)).unwrap();
+    }
+    assert_eq!(buffer.metrics().direct_writes, 3);
+    buffer.finish().unwrap();
+    let got = buffer.read(0).unwrap().concat().unwrap();
+    assert_eq!(keys(&[got]), (0..3000).collect::<Vec<_>>());
+    assert_eq!(buffer.close().unwrap().reserved, 0);
+    drop(other);
+}
+
 #[test]
 fn close_releases_blocked_async_writers_with_their_batch() {
-    let (buffer, _other, _root) = waiting_setup(true);
+    let (buffer, _other, _root) = waiting_setup(false);
     watchdog(
         "close() must wake async writers",
         Duration::from_secs(60),

@@ -71,7 +71,12 @@ impl Setup {
                     .with_mode(DiskManagerMode::Directories(vec![root.to_path_buf()])),
             );
         }
-        let config = SessionConfig::new().with_target_partitions(partitions);
+        let mut config = SessionConfig::new().with_target_partitions(partitions);
+        if self.pool.is_some() {
+            // DataFusion's sorts reserve 10 MiB up front by default: under the tests' 8-10 MiB
+            // pools every sort would fail, with the rule on or off.
+            config.options_mut().execution.sort_spill_reservation_bytes = 256 << 10;
+        }
         let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime.build_arc().expect("runtime"))
