@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow_array::{RecordBatch, UInt32Array};
 use arrow_buffer::Buffer;
 use arrow_ipc::reader::StreamDecoder;
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
@@ -50,7 +50,7 @@ pub(crate) struct Columns<'a> {
 /// column that is missing, not integers, has nulls or values outside `0..2^32`, is refused
 /// with a message naming the shard's input partition.
 pub(crate) fn decode(shards: Vec<Shard>, columns: &Columns<'_>) -> Result<Vec<Group>, Refusal> {
-    let mut groups: Vec<(Fields, Group, Vec<u32>)> = Vec::new();
+    let mut groups: Vec<Building> = Vec::new();
     for shard in shards {
         let id = shard.input_partition;
         let (schema, batches) = read_stream(shard.frame)
@@ -64,23 +64,14 @@ pub(crate) fn decode(shards: Vec<Shard>, columns: &Columns<'_>) -> Result<Vec<Gr
                 columns.partition
             ))
         })?;
-        let group = match groups.iter().position(|(f, _, _)| f == schema.fields()) {
+        let group = match groups.iter().position(|g| g.fields == *schema.fields()) {
             Some(found) => found,
             None => {
-                let out = out_schema(&schema, at, columns);
-                groups.push((
-                    schema.fields().clone(),
-                    Group {
-                        schema: out,
-                        batches: Vec::new(),
-                        partitions: UInt32Array::from(Vec::<u32>::new()),
-                    },
-                    Vec::new(),
-                ));
+                groups.push(Building::new(&schema, at, columns)?);
                 groups.len() - 1
             }
         };
-        let (_, group, partitions) = &mut groups[group];
+        let group = &mut groups[group];
         for batch in batches.into_iter().filter(|b| b.num_rows() > 0) {
             let mut values = Vec::with_capacity(batch.num_rows());
             integers(batch.column(at), columns.partition, &mut values)
@@ -92,14 +83,8 @@ pub(crate) fn decode(shards: Vec<Shard>, columns: &Columns<'_>) -> Result<Vec<Gr
                     columns.partition
                 )));
             }
-            partitions.extend(values.iter().map(|&p| p as u32));
-            let mut arrays: Vec<ArrayRef> = batch
-                .columns()
-                .iter()
-                .enumerate()
-                .filter(|&(i, _)| !(columns.drop_partition && i == at))
-                .map(|(_, a)| Arc::clone(a))
-                .collect();
+            group.partitions.extend(values.iter().map(|&p| p as u32));
+            let mut arrays = batch.project(&group.keep)?.columns().to_vec();
             arrays.push(Arc::new(UInt32Array::from(vec![id; batch.num_rows()])));
             group.batches.push(RecordBatch::try_new(
                 SchemaRef::clone(&group.schema),
@@ -109,29 +94,46 @@ pub(crate) fn decode(shards: Vec<Shard>, columns: &Columns<'_>) -> Result<Vec<Gr
     }
     Ok(groups
         .into_iter()
-        .map(|(_, mut group, partitions)| {
-            group.partitions = UInt32Array::from(partitions);
-            group
+        .map(|g| Group {
+            schema: g.schema,
+            batches: g.batches,
+            partitions: UInt32Array::from(g.partitions),
         })
         .collect())
 }
 
-/// The schema of a group: the shard's fields (the partition column dropped if asked) and the
-/// id column, the shard's metadata.
-fn out_schema(schema: &Schema, partition_at: usize, columns: &Columns<'_>) -> SchemaRef {
-    let mut fields: Vec<Arc<Field>> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| !(columns.drop_partition && i == partition_at))
-        .map(|(_, f)| Arc::clone(f))
-        .collect();
-    fields.push(Arc::new(Field::new(
-        columns.input_partition_id,
-        DataType::UInt32,
-        true,
-    )));
-    SchemaRef::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+/// A group while shards are added to it.
+struct Building {
+    /// The shards' fields, which a shard must equal to join the group.
+    fields: Fields,
+    /// The columns kept from each shard (all but a dropped partition column).
+    keep: Vec<usize>,
+    /// The kept fields and the id column, the first shard's metadata.
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    partitions: Vec<u32>,
+}
+
+impl Building {
+    fn new(schema: &Schema, partition_at: usize, columns: &Columns<'_>) -> Result<Self, Refusal> {
+        let keep: Vec<usize> = (0..schema.fields().len())
+            .filter(|&i| !(columns.drop_partition && i == partition_at))
+            .collect();
+        let kept = schema.project(&keep)?;
+        let mut fields: Vec<Arc<Field>> = kept.fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(
+            columns.input_partition_id,
+            DataType::UInt32,
+            true,
+        )));
+        Ok(Building {
+            fields: schema.fields().clone(),
+            keep,
+            schema: SchemaRef::new(Schema::new_with_metadata(fields, kept.metadata().clone())),
+            batches: Vec::new(),
+            partitions: Vec::new(),
+        })
+    }
 }
 
 /// Reads one whole Arrow IPC stream from `frame`: its schema and batches.
