@@ -48,7 +48,6 @@ import asyncio
 import logging
 import threading
 import weakref
-from functools import partial
 from time import thread_time
 from typing import Any, Callable
 
@@ -116,8 +115,15 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
         # Dask's send, with the message's payload made by _frame.payload: Frames out of band
         # (Dask's own would ask memoryview() of each shard, which a Frame does not have)
         shards_or_bytes = payload(shards)
+
+        def _send() -> Any:
+            # a closure, not a functools.partial: retry() logs the callable's repr on each
+            # failed attempt, and a partial's repr holds the whole payload (distributed's
+            # test_flaky_connect_recover_with_retry checks those lines stay short)
+            return self._send(address, shards_or_bytes)
+
         return await retry(
-            partial(self._send, address, shards_or_bytes),
+            _send,
             count=self.RETRY_COUNT,
             delay_min=self.RETRY_DELAY_MIN,
             delay_max=self.RETRY_DELAY_MAX,
