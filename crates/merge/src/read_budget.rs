@@ -136,11 +136,9 @@ impl ReadBudget {
             // Enabled first: a release between the attempt and the wait is not missed.
             let mut released = pin!(signal.notified());
             released.as_mut().enable();
-            if let Some(reserved) = self.attempt(pool, bytes) {
-                waiting.count();
+            if let Some(reserved) = self.try_now(pool, bytes, &waiting) {
                 return Ok(reserved);
             }
-            ask_for_room(pool, bytes);
             let Some(left) = waiting.left() else {
                 waiting.count();
                 return Err(self.stalled(pool, bytes));
@@ -164,11 +162,9 @@ impl ReadBudget {
         loop {
             // Epoch first: a release between the attempt and the wait is not missed.
             let seen = signal.epoch();
-            if let Some(reserved) = self.attempt(pool, bytes) {
-                waiting.count();
+            if let Some(reserved) = self.try_now(pool, bytes, &waiting) {
                 return Ok(reserved);
             }
-            ask_for_room(pool, bytes);
             let deadline = waiting.deadline();
             if signal.wait_blocking(seen, Some(deadline)) {
                 waiting.released();
@@ -177,6 +173,22 @@ impl ReadBudget {
                 return Err(self.stalled(pool, bytes));
             }
         }
+    }
+
+    /// One try of a wait: the reservation if it can be had now (the wait so far counted), else
+    /// `None` after asking the pool's spill peers for room.
+    fn try_now(
+        &self,
+        pool: &Arc<dyn MemoryPool>,
+        bytes: usize,
+        waiting: &Waiting<'_>,
+    ) -> Option<Reserved> {
+        let reserved = self.attempt(pool, bytes);
+        match reserved {
+            Some(_) => waiting.count(),
+            None => ask_for_room(pool, bytes),
+        }
+        reserved
     }
 
     fn stalled(&self, pool: &Arc<dyn MemoryPool>, bytes: usize) -> MergeError {
