@@ -169,6 +169,19 @@ fn sigterm_while_writing_the_output() {
     });
 }
 
+/// Ctrl-C while output files are written during the input (the input threads hold after
+/// their first write until the signal, so an output thread writes while the input is open).
+#[test]
+fn sigint_while_writing_the_output_during_the_input() {
+    check_interrupted("stream", "INT", 130, |out, _| {
+        let temps = listing(out)
+            .into_iter()
+            .filter(|n| n.ends_with(".tmp"))
+            .count();
+        assert!(temps > 0, "no temporary output file at the stream point");
+    });
+}
+
 #[test]
 fn sigint_while_writing_the_output() {
     check_interrupted("output", "INT", 130, |_, _| {});
