@@ -100,12 +100,11 @@ impl Buffer {
         builder = builder.with_memory_pool(Arc::clone(&pool));
         // Spill settings act only under a limit (the buffer refuses them otherwise).
         if settings.memory_limit.is_some() {
-            builder = builder
-                .with_compression(match settings.compression {
-                    CompressionArg::None => Compression::None,
-                    CompressionArg::Lz4 => Compression::Lz4,
-                    CompressionArg::Zstd => Compression::Zstd { level: 1 },
-                });
+            builder = builder.with_compression(match settings.compression {
+                CompressionArg::None => Compression::None,
+                CompressionArg::Lz4 => Compression::Lz4,
+                CompressionArg::Zstd => Compression::Zstd { level: 1 },
+            });
             builder = match &settings.spill {
                 Spill::Default => builder,
                 Spill::Dir(dir) => builder.with_spill_dir(dir),

@@ -12,7 +12,8 @@
 //! A file's format is recognised by its first bytes: `PAR1` is parquet, `ARROW1` an Arrow IPC
 //! file; anything else is tried as an Arrow IPC stream. The extension does not matter for a file
 //! named on the command line; in a directory, only files ending in .parquet, .arrow, .arrows,
-//! .ipc or .feather are taken (hidden files, such as our own `.part-*.tmp`, are skipped).
+//! .ipc or .feather are taken (hidden files, such as our own `.part-*.tmp`, are skipped), and
+//! those of its `key=value` subdirectories, whose keys become columns ([`crate::hive`]).
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -30,6 +31,7 @@ use parquet::arrow::arrow_reader::{
 };
 
 use crate::error::CliError;
+use crate::hive::{self, HiveValues};
 
 /// Extensions a directory's files must have to be read.
 const INPUT_EXTENSIONS: [&str; 5] = ["parquet", "arrow", "arrows", "ipc", "feather"];
@@ -56,6 +58,8 @@ pub(crate) struct InputFile {
     pub(crate) rows: Option<u64>,
     /// A parquet file's footer, read once and shared by every thread decoding its row groups.
     metadata: Option<ArrowReaderMetadata>,
+    /// Its hive partition values (`key=value` directories), added to its rows as columns.
+    hive: HiveValues,
 }
 
 /// All inputs, in order, and the schema they share.
@@ -72,8 +76,9 @@ impl Inputs {
     pub(crate) fn open(paths: &[PathBuf]) -> Result<Self, CliError> {
         let mut files = Vec::new();
         let mut schemas = Vec::new();
-        for path in expand(paths)? {
-            let (file, schema) = recognise(&path)?;
+        for (path, hive) in expand(paths)? {
+            let (mut file, schema) = recognise(&path)?;
+            file.hive = hive;
             files.push(file);
             schemas.push(schema);
         }
@@ -92,12 +97,12 @@ impl Inputs {
         let mut units = Vec::new();
         for (file, input) in self.files.iter().enumerate() {
             match &input.metadata {
-                Some(metadata) => units.extend(
-                    (0..metadata.metadata().num_row_groups()).map(|g| Unit {
+                Some(metadata) => {
+                    units.extend((0..metadata.metadata().num_row_groups()).map(|g| Unit {
                         file,
                         row_group: Some(g),
-                    }),
-                ),
+                    }))
+                }
                 None => units.push(Unit {
                     file,
                     row_group: None,
@@ -155,41 +160,73 @@ impl Units {
     }
 }
 
-/// Directories replaced by their input files; plain paths checked to exist.
-fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
-    let unreadable = |path: &Path| {
-        let path = path.to_owned();
-        move |source| CliError::InputUnreadable { path, source }
-    };
+/// Directories replaced by their input files (with their hive values); plain paths checked to
+/// exist.
+fn expand(paths: &[PathBuf]) -> Result<Vec<(PathBuf, HiveValues)>, CliError> {
     let mut out = Vec::new();
     for path in paths {
         let meta = std::fs::metadata(path).map_err(unreadable(path))?;
         if !meta.is_dir() {
-            out.push(path.clone());
+            out.push((path.clone(), HiveValues::new()));
             continue;
         }
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(unreadable(path))? {
-            let entry = entry.map_err(unreadable(path))?;
-            let entry_path = entry.path();
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let wanted = !name.starts_with('.')
-                && entry_path
-                    .extension()
-                    .is_some_and(|e| INPUT_EXTENSIONS.iter().any(|w| e.eq_ignore_ascii_case(w)))
-                && entry_path.is_file();
-            if wanted {
-                found.push(entry_path);
-            }
-        }
-        if found.is_empty() {
+        let before = out.len();
+        walk(path, &HiveValues::new(), &mut out)?;
+        if out.len() == before {
             return Err(CliError::EmptyDirectory { path: path.clone() });
         }
-        found.sort();
-        out.extend(found);
     }
     Ok(out)
+}
+
+fn unreadable(path: &Path) -> impl Fn(std::io::Error) -> CliError + use<> {
+    let path = path.to_owned();
+    move |source| CliError::InputUnreadable {
+        path: path.clone(),
+        source,
+    }
+}
+
+/// The input files of `dir` in name order, then those of its `key=value` subdirectories in
+/// name order, each with `values` and its own directories' values.
+fn walk(
+    dir: &Path,
+    values: &HiveValues,
+    out: &mut Vec<(PathBuf, HiveValues)>,
+) -> Result<(), CliError> {
+    let mut found = Vec::new();
+    let mut subdirs = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(unreadable(dir))? {
+        let entry = entry.map_err(unreadable(dir))?;
+        let entry_path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') {
+            continue;
+        }
+        if entry_path.is_dir() {
+            if let Some(segment) = hive::parse_segment(&name) {
+                subdirs.push((entry_path, segment));
+            }
+            continue;
+        }
+        let wanted = entry_path
+            .extension()
+            .is_some_and(|e| INPUT_EXTENSIONS.iter().any(|w| e.eq_ignore_ascii_case(w)))
+            && entry_path.is_file();
+        if wanted {
+            found.push(entry_path);
+        }
+    }
+    found.sort();
+    out.extend(found.into_iter().map(|f| (f, values.clone())));
+    subdirs.sort();
+    for (subdir, segment) in subdirs {
+        let mut inner = values.clone();
+        inner.push(segment);
+        walk(&subdir, &inner, out)?;
+    }
+    Ok(())
 }
 
 /// Recognises the format of `path` by its first bytes and reads its schema.
@@ -214,6 +251,7 @@ fn recognise(path: &Path) -> Result<(InputFile, SchemaRef), CliError> {
         format,
         rows,
         metadata: None,
+        hive: HiveValues::new(),
     };
     if magic.starts_with(b"PAR1") {
         let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
@@ -290,6 +328,31 @@ fn shared_schema(files: &[InputFile], schemas: &[SchemaRef]) -> Result<SchemaRef
             }
         }
     }
+    let keys: Vec<&str> = first_file.hive.iter().map(|(k, _)| k.as_str()).collect();
+    for file in files {
+        let theirs: Vec<&str> = file.hive.iter().map(|(k, _)| k.as_str()).collect();
+        if theirs != keys {
+            return Err(CliError::SchemaMismatch {
+                path: file.path.clone(),
+                first: first_file.path.clone(),
+                detail: format!(
+                    "its key=value directories name [{}] instead of [{}]",
+                    theirs.join(", "),
+                    keys.join(", ")
+                ),
+            });
+        }
+    }
+    for key in keys {
+        if fields.iter().any(|f| f.name() == key) {
+            return Err(CliError::SchemaMismatch {
+                path: first_file.path.clone(),
+                first: first_file.path.clone(),
+                detail: format!("its directory key {key} is also one of its columns"),
+            });
+        }
+        fields.push(Field::new(key, arrow_schema::DataType::Utf8, true));
+    }
     Ok(Arc::new(Schema::new(fields)))
 }
 
@@ -322,7 +385,7 @@ type BatchIter = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send
 /// `batch_rows` rows, each with the shared schema.
 pub(crate) struct BatchStream<'a> {
     units: &'a Units,
-    current: Option<(&'a Path, BatchIter)>,
+    current: Option<(&'a InputFile, BatchIter)>,
     /// The rest of a decoded batch larger than `batch_rows`.
     pending: Option<RecordBatch>,
     stats: ReadStats,
@@ -361,12 +424,13 @@ impl BatchStream<'_> {
                 };
                 let file = &self.units.files[unit.file];
                 let batches = open_batches(file, unit.row_group, batch_rows)?;
-                self.current = Some((&file.path, batches));
+                self.current = Some((file, batches));
             }
-            let Some((path, batches)) = self.current.as_mut() else {
+            let Some((file, batches)) = self.current.as_mut() else {
                 continue;
             };
-            let path: &Path = path;
+            let file: &InputFile = file;
+            let path = &file.path;
             match batches.next() {
                 None => self.current = None,
                 Some(Err(e)) => return Err(CliError::decode(path, e)),
@@ -374,9 +438,11 @@ impl BatchStream<'_> {
                 Some(Ok(batch)) => {
                     self.stats.bytes += batch_memory_size(&batch) as u64;
                     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                    let mut columns = batch.columns().to_vec();
+                    columns.extend(hive::columns(&file.hive, batch.num_rows()));
                     let batch = RecordBatch::try_new_with_options(
                         self.units.schema.clone(),
-                        batch.columns().to_vec(),
+                        columns,
                         &options,
                     )
                     .map_err(|e| CliError::decode(path, e))?;

@@ -13,8 +13,8 @@
 //!
 //! The story of a shuffle, in the order the data meets the modules:
 //! 1. [`input`]: the inputs (files or directories of them) are recognised by their magic bytes,
-//!    checked to share one schema, split into units (parquet row groups, Arrow IPC files) and
-//!    decoded on every input thread.
+//!    checked to share one schema (plus a column per [`hive`] `key=value` directory), split
+//!    into units (parquet row groups, Arrow IPC files) and decoded on every input thread.
 //! 2. [`hash`]: each row's key is hashed with a documented, stable hash (FNV-1a over a canonical
 //!    little-endian encoding of each value, folded over the key columns); rows whose key is all
 //!    null go to partition 0.
@@ -53,6 +53,7 @@ mod buffer;
 mod error;
 mod r#gen;
 mod hash;
+mod hive;
 mod input;
 mod interrupt;
 mod output;

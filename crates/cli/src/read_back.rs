@@ -387,8 +387,11 @@ mod tests {
         let output = OutputDir::create(dir.path(), options, 1).unwrap();
         // every byte a writer holds is over a 1-byte share; cuts at 200 rows
         let memory = WriterMemory::with_cap(buffer.pool(), 1, 200);
-        let (input_done, progressed, next_thread) =
-            (AtomicBool::new(false), ReleaseSignal::new(), AtomicU32::new(0));
+        let (input_done, progressed, next_thread) = (
+            AtomicBool::new(false),
+            ReleaseSignal::new(),
+            AtomicU32::new(0),
+        );
         let sink = Sink {
             schema: &schema,
             output: Some(&output),
@@ -424,8 +427,14 @@ mod tests {
         }
         assert!(drain.sweep(&mut parts).unwrap());
         assert_eq!(drain.times.rows_during_input, 100, "one batch, then over");
-        assert!(!drain.sweep(&mut parts).unwrap(), "nothing more below the minimum");
-        assert!(buffer.pool().reserved() > 0, "the open row group is charged");
+        assert!(
+            !drain.sweep(&mut parts).unwrap(),
+            "nothing more below the minimum"
+        );
+        assert!(
+            buffer.pool().reserved() > 0,
+            "the open row group is charged"
+        );
 
         buffer.finish().unwrap();
         drain.streaming = false;
