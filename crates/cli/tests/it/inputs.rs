@@ -288,7 +288,8 @@ fn hive_directories_become_columns() {
             let keys = b.column(0).as_primitive::<Int64Type>();
             let groups = b.column(1).as_string::<i32>();
             for i in 0..b.num_rows() {
-                let group = groups.is_valid(i).then(|| groups.value(i).to_owned());
+                let group =
+                    arrow_array::Array::is_valid(groups, i).then(|| groups.value(i).to_owned());
                 seen.insert(keys.value(i), group);
             }
         }

@@ -158,14 +158,19 @@ fn sigint_while_spilling() {
     });
 }
 
+/// Checks that temporary output files exist in `out` at the pause point `point`.
+fn assert_temporary_files(out: &Path, point: &str) {
+    let temps = listing(out)
+        .into_iter()
+        .filter(|n| n.ends_with(".tmp"))
+        .count();
+    assert!(temps > 0, "no temporary output file at the {point} point");
+}
+
 #[test]
 fn sigterm_while_writing_the_output() {
     check_interrupted("output", "TERM", 143, |out, _| {
-        let temps = listing(out)
-            .into_iter()
-            .filter(|n| n.ends_with(".tmp"))
-            .count();
-        assert!(temps > 0, "no temporary output file at the output point");
+        assert_temporary_files(out, "output")
     });
 }
 
@@ -174,11 +179,7 @@ fn sigterm_while_writing_the_output() {
 #[test]
 fn sigint_while_writing_the_output_during_the_input() {
     check_interrupted("stream", "INT", 130, |out, _| {
-        let temps = listing(out)
-            .into_iter()
-            .filter(|n| n.ends_with(".tmp"))
-            .count();
-        assert!(temps > 0, "no temporary output file at the stream point");
+        assert_temporary_files(out, "stream")
     });
 }
 
