@@ -39,11 +39,11 @@ con.execute(
 """
 
 
-def run_child(argv):
-    """Runs argv; (seconds, peak RSS bytes, the --json report or None) of the child, or raises
-    on failure."""
+def run_child(argv, cwd):
+    """Runs argv in cwd (DuckDB spills into ./.tmp); (seconds, peak RSS bytes, the --json
+    report or None) of the child, or raises on failure."""
     started = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
     out = child.stdout.read().decode()
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - started
@@ -86,7 +86,7 @@ def main():
             for n in args.partitions:
                 for tool, argv in tools.items():
                     out = os.path.join(scratch, f"{tool.replace(' ', '-')}-{n}")
-                    s, rss, report = run_child(argv(out, n))
+                    s, rss, report = run_child(argv(out, n), scratch)
                     shutil.rmtree(out, ignore_errors=True)
                     results.setdefault((n, tool), []).append((s, rss))
                     extra = ""

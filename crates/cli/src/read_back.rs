@@ -9,10 +9,10 @@
 //! row group's bytes are charged to the run's pool ([`WriterMemory`]); above the writers'
 //! share the thread cuts its largest row group of at least the minimum, and takes nothing more
 //! into smaller ones, which then stay in the buffer and may be spilled: spilling is the
-//! fallback when writers cannot hold what the input brings. With many partitions each
-//! partition's share of the input is small, few batches are complete before the end (a batch
-//! is cut at `--compact-rows` rows), and the run behaves as before #34; docs/benchmarks.md
-//! says where the switch is on SF 1 lineitem.
+//! fallback when writers cannot hold what the input brings. With more partitions than can
+//! each hold a minimum row group within the writers' share ([`WriterMemory::streams`]), the
+//! threads take nothing while the input runs and the run behaves as before #34;
+//! docs/benchmarks.md says where the switch is on SF 1 lineitem and why.
 //!
 //! **After the input** (the buffer finished) it takes the rest of each partition, largest open
 //! row group first, one partition at a time, and completes its file (an empty partition gets a
@@ -169,7 +169,9 @@ pub(crate) fn read_back(
         times: OutTimes::default(),
         streaming: true,
     };
-    let hold = std::env::var(HOLD_VAR).is_ok_and(|v| v == "1");
+    // Past the switch (or held by the test hook) nothing is taken while the input runs.
+    let hold = std::env::var(HOLD_VAR).is_ok_and(|v| v == "1")
+        || !sink.memory.streams(buffer.partitions());
     // The streaming phase.
     loop {
         if !control.go_on()? {

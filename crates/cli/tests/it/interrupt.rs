@@ -36,7 +36,7 @@ fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     files
 }
 
-/// Runs a spilling shuffle into `out` paused at `point`, checks `ready` there, sends `signal`
+/// Runs a shuffle (spilling, but at the stream point) into `out` paused at `point`, checks `ready` there, sends `signal`
 /// (`INT` or `TERM`); the exit status and everything the child printed on stderr.
 fn interrupt_at(
     point: &str,
@@ -48,7 +48,14 @@ fn interrupt_at(
     let mut child = Command::new(assert_cmd::cargo::cargo_bin!("arrow-shards"))
         .arg("shuffle")
         .arg(lineitem())
-        .args("--key l_orderkey --partitions 8 --memory-limit 2MiB --threads 2 --quiet".split(' '))
+        .args("--key l_orderkey --partitions 8 --threads 2 --quiet".split(' '))
+        // The stream point needs output written during the input: no limit (under 2 MiB 8
+        // partitions are past the switch) and batches complete at 1,024 rows (a partition's
+        // ~7,500 rows of the one input batch would not make one of 8,192).
+        .args(match point {
+            "stream" => ["--compact-rows", "1024"],
+            _ => ["--memory-limit", "2MiB"],
+        })
         .arg("--output")
         .arg(out)
         .arg("--spill-dir")
