@@ -374,7 +374,8 @@ mod tests {
             memory_limit: None,
             spill: Spill::Disabled,
             compression: CompressionArg::None,
-            read_batch_rows: 8192,
+            // takes are merged into batches of up to this many rows: one per written batch
+            read_batch_rows: 100,
             compact_rows: 100,
             threads: 1,
         };
