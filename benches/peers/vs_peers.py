@@ -10,6 +10,7 @@ after its run. Usage (see vs_peers.sh, which installs the pinned peers):
 """
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -38,18 +39,22 @@ con.execute(
 """
 
 
-def run_child(argv):
-    """Runs argv; (seconds, peak RSS bytes) of the child, or raises on failure."""
+def run_child(argv, cwd):
+    """Runs argv in cwd (DuckDB spills into ./.tmp); (seconds, peak RSS bytes, the --json
+    report or None) of the child, or raises on failure."""
     started = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    out = child.stdout.read().decode()
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)
     err = child.stderr.read().decode()
+    child.stdout.close()
     child.stderr.close()
     if child.returncode != 0:
         raise RuntimeError(f"{argv[0]} failed ({child.returncode}): {err}")
-    return seconds, usage.ru_maxrss * 1024
+    report = json.loads(out) if out.startswith("{") else None
+    return seconds, usage.ru_maxrss * 1024, report
 
 
 def main():
@@ -58,47 +63,64 @@ def main():
     parser.add_argument("--cli", required=True)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, nargs="+", default=[64, 1024])
-    parser.add_argument("--memory-limit", default="256MiB")
+    parser.add_argument("--memory-limit", nargs="+", default=["256MiB"],
+                        help="the CLI's limits, one tool each; 'none' runs it without one")
     args = parser.parse_args()
 
-    tools = {
-        "arrow-shards": lambda out, n: [
+    def ours(limit):
+        flags = [] if limit == "none" else ["--memory-limit", limit]
+        return lambda out, n: [
             args.cli, "shuffle", args.file, "--key", "l_orderkey", "--partitions", str(n),
-            "--memory-limit", args.memory_limit, "--output", out, "--quiet",
-        ],
-        "polars": lambda out, n: [sys.executable, "-c", POLARS, args.file, out, str(n)],
-        "duckdb": lambda out, n: [sys.executable, "-c", DUCKDB, args.file, out, str(n)],
-    }
+            *flags, "--output", out, "--json", "--quiet",
+        ]
+
+    tools = {f"arrow-shards {limit}": ours(limit) for limit in args.memory_limit}
+    tools["polars"] = lambda out, n: [sys.executable, "-c", POLARS, args.file, out, str(n)]
+    tools["duckdb"] = lambda out, n: [sys.executable, "-c", DUCKDB, args.file, out, str(n)]
+    main_tool = next(iter(tools))
     results = {}  # (partitions, tool) -> [(s, rss)]
+    reports = {}  # (partitions, tool) -> [the CLI's --json report]
     scratch = tempfile.mkdtemp(prefix="vs-peers-")
     try:
         for run in range(args.runs):
             for n in args.partitions:
                 for tool, argv in tools.items():
-                    out = os.path.join(scratch, f"{tool}-{n}")
-                    s, rss = run_child(argv(out, n))
+                    out = os.path.join(scratch, f"{tool.replace(' ', '-')}-{n}")
+                    s, rss, report = run_child(argv(out, n), scratch)
                     shutil.rmtree(out, ignore_errors=True)
                     results.setdefault((n, tool), []).append((s, rss))
-                    print(f"run {run + 1} {n:>5} {tool:<13} {s:6.2f} s {rss / 2**20:7.0f} MiB",
-                          file=sys.stderr, flush=True)
+                    extra = ""
+                    if report:
+                        reports.setdefault((n, tool), []).append(report)
+                        extra = (f" spilled {report['bytes_spilled'] / 1e6:.0f} MB, "
+                                 f"{report['rows_out_during_input']} rows out during the input "
+                                 f"(done at {report['input_wall_s']:.2f} s), "
+                                 f"{report['early_row_group_cuts']} early cuts")
+                    print(f"run {run + 1} {n:>5} {tool:<20} {s:6.2f} s {rss / 2**20:7.0f} MiB"
+                          f"{extra}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    print(f"| partitions | tool | median s (min-max) | median peak RSS MiB | ours / tool |")
-    print("|---|---|---|---|---|")
+    print(f"| partitions | tool | median s (min-max) | median peak RSS MiB (min-max) "
+          f"| median MB spilled | {main_tool} / tool |")
+    print("|---|---|---|---|---|---|")
     for n in args.partitions:
-        ours = statistics.median(s for s, _ in results[(n, "arrow-shards")])
+        ours_s = statistics.median(s for s, _ in results[(n, main_tool)])
         for tool in tools:
             times = [s for s, _ in results[(n, tool)]]
-            rss = statistics.median(r for _, r in results[(n, tool)]) / 2**20
+            rsss = [r / 2**20 for _, r in results[(n, tool)]]
             median = statistics.median(times)
+            spilled = reports.get((n, tool))
+            spilled = (f"{statistics.median(r['bytes_spilled'] for r in spilled) / 1e6:.0f}"
+                       if spilled else "-")
             print(f"| {n} | {tool} | {median:.2f} ({min(times):.2f}-{max(times):.2f}) "
-                  f"| {rss:.0f} | {ours / median:.2f}x |")
+                  f"| {statistics.median(rsss):.0f} ({min(rsss):.0f}-{max(rsss):.0f}) "
+                  f"| {spilled} | {ours_s / median:.2f}x |")
     small, large = min(args.partitions), max(args.partitions)
     if small != large:
-        ratio = (statistics.median(s for s, _ in results[(large, "arrow-shards")])
-                 / statistics.median(s for s, _ in results[(small, "arrow-shards")]))
-        print(f"\narrow-shards {large} / {small} partitions: {ratio:.2f}x")
+        ratio = (statistics.median(s for s, _ in results[(large, main_tool)])
+                 / statistics.median(s for s, _ in results[(small, main_tool)]))
+        print(f"\n{main_tool} {large} / {small} partitions: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -22,10 +22,13 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Hash-partition the rows of INPUT... on the key columns into N partitions.
     ///
-    /// Reads the inputs as a stream of batches, hashes each row's key, writes each batch into
-    /// the buffer split by partition (spilling beyond --memory-limit), then reads every partition back (and, with
-    /// --output, writes DIR/part-00000.parquet ... one file per partition, empty partitions
-    /// included). Without --output the partitions are only read and counted: the benchmark mode.
+    /// Reads the inputs on --threads threads (parquet row groups and files decode in
+    /// parallel), hashes each row's key and writes each batch into the buffer split by
+    /// partition (spilling beyond --memory-limit). At the same time --threads more threads take
+    /// each partition's complete batches out of the buffer and append them to its file
+    /// (DIR/part-00000.parquet ... one file per partition, empty partitions included), so
+    /// output is written while the input is read; the rest after the input. Without --output
+    /// the partitions are only read and counted: the benchmark mode.
     ///
     /// The partition of a row is a 64-bit hash of its key mod N: FNV-1a over a canonical
     /// little-endian encoding of each key value (integers widened to 64 bits; equal strings hash
@@ -43,7 +46,10 @@ pub(crate) struct ShuffleArgs {
     /// Parquet files, Arrow IPC files (file or stream format), or directories of them.
     ///
     /// A directory contributes its files ending in .parquet, .arrow, .arrows, .ipc or .feather
-    /// (not its subdirectories, not hidden files), in name order. All inputs must share a schema.
+    /// (not hidden files), in name order, then those of its hive-style `key=value`
+    /// subdirectories, recursively (other subdirectories are skipped); each such key becomes a
+    /// Utf8 column holding the directory's value (`__HIVE_DEFAULT_PARTITION__` is null). All
+    /// inputs must share a schema and the same keys.
     #[arg(required = true, value_name = "INPUT")]
     pub(crate) inputs: Vec<PathBuf>,
 
@@ -72,9 +78,12 @@ pub(crate) struct ShuffleArgs {
     pub(crate) output: Option<PathBuf>,
 
     /// Memory the run may hold, e.g. 64MiB, 1GB, 500000 (bytes): a twelfth per --threads (at
-    /// most half) is kept for input batches in flight and allocator caches, the buffer gets the rest
-    /// (spilling its largest partitions from 80% of that). Default: unlimited (nothing is ever
-    /// spilled).
+    /// most half) is kept for input batches in flight and allocator caches, the buffer gets the
+    /// rest (spilling its largest partitions from 80% of that). The output writers' open
+    /// parquet row groups are charged to the buffer's part too, at most half of it: beyond
+    /// that row groups are cut early (never below 8,192 rows, a partition's last excepted)
+    /// and what the writers cannot take stays in the buffer, which spills it. Default:
+    /// unlimited (nothing is ever spilled).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(crate) memory_limit: Option<u64>,
 
@@ -98,7 +107,9 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_enum, value_name = "CODEC")]
     pub(crate) compression: Option<OutputCompression>,
 
-    /// Most rows per parquet row group (a partition with more rows gets several).
+    /// Most rows per parquet row group (a partition with more rows gets several). Under
+    /// --memory-limit a row group may be cut earlier, at 8,192 rows or more (or this value if
+    /// smaller), when the writers hold their share of the limit.
     #[arg(long, value_name = "N", default_value_t = 1_048_576, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) row_group_rows: u32,
 
@@ -120,8 +131,8 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_enum, default_value_t = FormatArg::Parquet)]
     pub(crate) format: FormatArg,
 
-    /// Threads that partition input batches (and read partitions back). Default: the number of
-    /// cores.
+    /// Threads that decode and partition input batches; as many more write the output while
+    /// the input is read. Default: the number of cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub(crate) threads: Option<u32>,
 

@@ -2,11 +2,13 @@
 //! line in, batches in and out, figures out, the buffer's errors turned into [`CliError`]s.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
-use arrow_shards::{Compression, Error, Metrics, PartitionReader, ShardBuffer};
+use arrow_shards::{Compression, Error, Metrics, ShardBuffer, SubscriptionReader};
 use arrow_shards_memory::sizing::batch_data_bytes;
+use arrow_shards_memory::{BoundedPool, MemoryPool, UnboundedPool};
 
 use crate::args::CompressionArg;
 use crate::error::CliError;
@@ -65,6 +67,9 @@ pub(crate) fn split_limit(limit: u64, threads: u32) -> (u64, u64) {
 #[derive(Clone)]
 pub(crate) struct Buffer {
     inner: ShardBuffer,
+    /// The buffer's pool, which the output writers charge their open row groups to as well
+    /// ([`crate::read_back`]): one budget for the buffer and the writers.
+    pool: Arc<dyn MemoryPool>,
     partitions: u32,
     settings: BufferSettings,
 }
@@ -83,16 +88,23 @@ impl Buffer {
             // checked even without a limit: a bad --spill-dir is reported before any work
             check_spill_dir(dir)?;
         }
+        let pool: Arc<dyn MemoryPool> = match settings.memory_limit {
+            Some(limit) => {
+                let (buffer_limit, _) = split_limit(limit, settings.threads);
+                Arc::new(BoundedPool::new(
+                    usize::try_from(buffer_limit).unwrap_or(usize::MAX),
+                ))
+            }
+            None => Arc::new(UnboundedPool::new()),
+        };
+        builder = builder.with_memory_pool(Arc::clone(&pool));
         // Spill settings act only under a limit (the buffer refuses them otherwise).
-        if let Some(limit) = settings.memory_limit {
-            let (buffer_limit, _) = split_limit(limit, settings.threads);
-            builder = builder
-                .with_memory_limit(usize::try_from(buffer_limit).unwrap_or(usize::MAX))
-                .with_compression(match settings.compression {
-                    CompressionArg::None => Compression::None,
-                    CompressionArg::Lz4 => Compression::Lz4,
-                    CompressionArg::Zstd => Compression::Zstd { level: 1 },
-                });
+        if settings.memory_limit.is_some() {
+            builder = builder.with_compression(match settings.compression {
+                CompressionArg::None => Compression::None,
+                CompressionArg::Lz4 => Compression::Lz4,
+                CompressionArg::Zstd => Compression::Zstd { level: 1 },
+            });
             builder = match &settings.spill {
                 Spill::Default => builder,
                 Spill::Dir(dir) => builder.with_spill_dir(dir),
@@ -105,6 +117,7 @@ impl Buffer {
         })?;
         Ok(Buffer {
             inner,
+            pool,
             partitions,
             settings: settings.clone(),
         })
@@ -153,9 +166,17 @@ impl Buffer {
         self.inner.finish().map_err(|e| self.error(&e))
     }
 
-    /// Partition `partition`'s batches, in write order; exactly once.
-    pub(crate) fn read(&self, partition: u32) -> Result<PartitionReader, CliError> {
-        self.inner.read(partition).map_err(|e| self.error(&e))
+    /// Partition `partition`'s batches as they become complete, while the input is still
+    /// written; exactly once.
+    pub(crate) fn subscribe(&self, partition: u32) -> Result<SubscriptionReader, CliError> {
+        self.inner
+            .subscribe_blocking(partition)
+            .map_err(|e| self.error(&e))
+    }
+
+    /// The pool of the buffer and the output writers.
+    pub(crate) fn pool(&self) -> &Arc<dyn MemoryPool> {
+        &self.pool
     }
 
     /// The buffer's figures so far.

@@ -9,10 +9,11 @@
 //! A second signal while that clean-up runs ends the process at once, with the same status.
 //!
 //! # Test pause points
-//! With `ARROW_SHARDS_PAUSE_AT=input|spill|output` in the environment (for the tests, not
-//! documented in `--help`), the run prints `arrow-shards: paused at PHASE` on stderr when it
+//! With `ARROW_SHARDS_PAUSE_AT=input|spill|stream|output` in the environment (for the tests,
+//! not documented in `--help`), the run prints `arrow-shards: paused at PHASE` on stderr when it
 //! first reaches that point (the first input batch read, the first spill file on disk, the
-//! first output file complete) and waits there for a signal, so a test can signal it at a
+//! first batch written to an output file while the input runs, the first output file
+//! complete) and waits there for a signal, so a test can signal it at a
 //! known point without any timing assumption.
 //!
 //! # Locking
@@ -36,6 +37,8 @@ pub(crate) enum PausePoint {
     Input,
     /// The first spill file is on disk.
     Spill,
+    /// The first batch is written to an output file while the input is still read.
+    Stream,
     /// The first output file is complete (under its temporary name).
     Output,
 }
@@ -45,6 +48,7 @@ impl PausePoint {
         match self {
             PausePoint::Input => "input",
             PausePoint::Spill => "spill",
+            PausePoint::Stream => "stream",
             PausePoint::Output => "output",
         }
     }
@@ -87,7 +91,7 @@ impl Interrupt {
     }
 
     /// A flag no signal sets (unit tests).
-    fn unregistered(pause: Option<PausePoint>) -> Self {
+    pub(crate) fn unregistered(pause: Option<PausePoint>) -> Self {
         Interrupt {
             signal: Arc::new(AtomicUsize::new(0)),
             any: Arc::new(AtomicBool::new(false)),
@@ -129,10 +133,26 @@ impl Interrupt {
     }
 }
 
+impl Interrupt {
+    /// With the test pause point `point`, waits for a signal without a marker, then reports
+    /// it: a thread that must not run ahead waits here while another reaches `point`
+    /// (`stream`: the input threads after their first write, so that an output thread
+    /// writes a batch while the input is still read). Elsewhere just [`check`](Self::check)s.
+    pub(crate) fn hold_for(&self, point: PausePoint) -> Result<(), CliError> {
+        if self.pauses_at(point) {
+            while self.signal.load(Ordering::Relaxed) == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        self.check()
+    }
+}
+
 fn pause_point_from_env() -> Option<PausePoint> {
     match std::env::var(PAUSE_VAR).ok()?.as_str() {
         "input" => Some(PausePoint::Input),
         "spill" => Some(PausePoint::Spill),
+        "stream" => Some(PausePoint::Stream),
         "output" => Some(PausePoint::Output),
         _ => None,
     }

@@ -13,7 +13,8 @@
 //!
 //! The story of a shuffle, in the order the data meets the modules:
 //! 1. [`input`]: the inputs (files or directories of them) are recognised by their magic bytes,
-//!    checked to share one schema, and read as one stream of batches of `--batch-rows` rows.
+//!    checked to share one schema (plus a column per [`hive`] `key=value` directory), split
+//!    into units (parquet row groups, Arrow IPC files) and decoded on every input thread.
 //! 2. [`hash`]: each row's key is hashed with a documented, stable hash (FNV-1a over a canonical
 //!    little-endian encoding of each value, folded over the key columns); rows whose key is all
 //!    null go to partition 0.
@@ -21,9 +22,12 @@
 //! 4. [`buffer`]: the batch and its ids go into the shared `ShardBuffer` (its scatter write),
 //!    which holds them in memory up to `--memory-limit` and spills beyond it; [`shuffle`] runs
 //!    its steps in order and [`shuffle_in`] this phase on `--threads` threads ([`workers`]).
-//! 5. After the last input, [`read_back`] reads every partition exactly once and, with
-//!    `--output`, writes it ([`part_writer`]) into [`output`]'s `DIR/part-00000.parquet` ...
-//!    (temporary names, renamed when all are complete); [`verify`] checks them with `--verify`.
+//! 5. At the same time, on `--threads` more threads, [`read_back`] subscribes to every
+//!    partition exactly once and, with `--output`, appends what is complete to its file
+//!    ([`part_writer`]) in [`output`]'s `DIR/part-00000.parquet` ... while the input is still
+//!    read, the open row groups charged to the same budget ([`writer_memory`]); the rest after
+//!    the input (temporary names, renamed when all are complete); [`verify`] checks them with
+//!    `--verify`.
 //!    Ctrl-C ([`interrupt`]) stops the threads, removes the temporary and spill files and
 //!    exits with 130 (SIGINT) or 143 (SIGTERM).
 //! 6. [`summary`]: the figures, as a table or one JSON object on stdout; [`progress`] draws a bar
@@ -49,6 +53,7 @@ mod buffer;
 mod error;
 mod r#gen;
 mod hash;
+mod hive;
 mod input;
 mod interrupt;
 mod output;
@@ -61,6 +66,7 @@ mod shuffle_in;
 mod summary;
 mod verify;
 mod workers;
+mod writer_memory;
 
 use std::io::Write;
 use std::process::ExitCode;

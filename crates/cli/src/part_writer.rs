@@ -7,7 +7,9 @@
 //!
 //! In flight per writer: parquet encodes a row group in memory before writing it, so each open
 //! writer holds up to one encoded row group (at most `--row-group-rows` rows, compressed) plus
-//! its page buffers; one writer is open per reading thread.
+//! its page buffers ([`PartitionWriter::memory_size`]); the output threads charge it to the
+//! run's budget and cut a row group early under memory pressure
+//! ([`PartitionWriter::cut_row_group`], see [`crate::read_back`]).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -155,6 +157,32 @@ impl PartitionWriter {
         };
         self.rows += batch.num_rows() as u64;
         result
+    }
+
+    /// Rows in the open parquet row group (0 for Arrow IPC, which has none).
+    pub(crate) fn open_rows(&self) -> usize {
+        match &self.inner {
+            Inner::Parquet(w) => w.in_progress_rows(),
+            Inner::Arrow(_) | Inner::ArrowStream(_) => 0,
+        }
+    }
+
+    /// Bytes this writer holds in memory: parquet's open row group (its encoded pages, the
+    /// open page and dictionary of each column); Arrow IPC writes each batch as it comes and
+    /// holds only its small write buffer, counted as 0.
+    pub(crate) fn memory_size(&self) -> usize {
+        match &self.inner {
+            Inner::Parquet(w) => w.memory_size(),
+            Inner::Arrow(_) | Inner::ArrowStream(_) => 0,
+        }
+    }
+
+    /// Cuts the open parquet row group: writes it to the file, freeing what it held.
+    pub(crate) fn cut_row_group(&mut self) -> Result<(), CliError> {
+        match &mut self.inner {
+            Inner::Parquet(w) => w.flush().map_err(|e| CliError::output(&self.path, e)),
+            Inner::Arrow(_) | Inner::ArrowStream(_) => Ok(()),
+        }
     }
 
     /// Writes the footer and flushes; returns the rows written.

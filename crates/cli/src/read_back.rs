@@ -1,33 +1,76 @@
-//! The output phase of one thread: the next partition number from a shared counter, that
-//! partition read from the buffer exactly once, checked with `--verify`, and written to its
-//! temporary output file with `--output`; until every partition is taken or the run stops.
+//! The output side of one thread, running while the input is read: the thread owns the
+//! partitions `p` with `p % threads == its index`, subscribes to each
+//! ([`Buffer::subscribe`]), and appends every batch a subscription yields to that partition's
+//! file ([`crate::part_writer`]), checked with `--verify`.
+//!
+//! **While the input runs** (the streaming phase) the thread sweeps its partitions, taking
+//! whatever is complete without waiting (`try_next`: spilled segments and batches cut at
+//! `--compact-rows`), then waits until an input thread has written another batch. Each open
+//! row group's bytes are charged to the run's pool ([`WriterMemory`]); above the writers'
+//! share the thread cuts its largest row group of at least the minimum, and takes nothing more
+//! into smaller ones, which then stay in the buffer and may be spilled: spilling is the
+//! fallback when writers cannot hold what the input brings. With more partitions than can
+//! each hold a minimum row group within the writers' share ([`WriterMemory::streams`]), the
+//! threads take nothing while the input runs and the run behaves as before #34;
+//! docs/benchmarks.md says where the switch is on SF 1 lineitem and why.
+//!
+//! **After the input** (the buffer finished) it takes the rest of each partition, largest open
+//! row group first, one partition at a time, and completes its file (an empty partition gets a
+//! file with no rows).
+//!
+//! Without `--output` the batches are only counted (and checked).
+//!
+//! Test hook: with `ARROW_SHARDS_HOLD_WRITERS=1` in the environment the threads take nothing
+//! while the input runs (writers slower than any input): everything is read after the input,
+//! from memory and spill files, as before #34.
 //!
 //! # Locking
-//! No locks of its own: the counter is an atomic; each thread has its own writer and check.
+//! No locks of its own: each thread has its own subscriptions, writers, check and reservation;
+//! [`WriterMemory`] is atomics; the progress signal's mutex is taken only inside its
+//! `epoch`/`wait_blocking`, with nothing else held.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use arrow_shards::SubscriptionReader;
+use arrow_shards_memory::{MemoryReservation, ReleaseSignal};
 
 use crate::buffer::Buffer;
 use crate::error::CliError;
 use crate::interrupt::PausePoint;
 use crate::output::OutputDir;
+use crate::part_writer::PartitionWriter;
 use crate::verify::PartitionCheck;
 use crate::workers::Control;
+use crate::writer_memory::WriterMemory;
 
-/// Output-phase figures of one thread.
+/// The test hook's environment variable.
+const HOLD_VAR: &str = "ARROW_SHARDS_HOLD_WRITERS";
+
+/// How long a thread with nothing to take waits for input progress before it looks at the
+/// stop flag again (a signal or another thread's error does not notify the progress signal).
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// Output figures of one thread.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct OutTimes {
     /// Rows read back.
     pub(crate) rows: u64,
+    /// Of `rows`, those taken while the input was still read.
+    pub(crate) rows_during_input: u64,
     /// Partitions that held no rows.
     pub(crate) empty_partitions: u32,
+    /// Row groups cut early for lack of memory.
+    pub(crate) early_cuts: u64,
     /// Taking batches out of the buffer.
     pub(crate) read: Duration,
     /// Encoding and writing output files.
     pub(crate) output: Duration,
+    /// Of `output`, the part spent while the input was still read.
+    pub(crate) output_during_input: Duration,
     /// `--verify`'s hashing.
     pub(crate) verify: Duration,
 }
@@ -37,100 +80,382 @@ impl OutTimes {
     pub(crate) fn add(self, o: OutTimes) -> OutTimes {
         OutTimes {
             rows: self.rows + o.rows,
+            rows_during_input: self.rows_during_input + o.rows_during_input,
             empty_partitions: self.empty_partitions + o.empty_partitions,
+            early_cuts: self.early_cuts + o.early_cuts,
             read: self.read + o.read,
             output: self.output + o.output,
+            output_during_input: self.output_during_input + o.output_during_input,
             verify: self.verify + o.verify,
         }
     }
 }
 
-/// Where read-back partitions go.
+/// What the output threads share.
 pub(crate) struct Sink<'a> {
     /// The schema of every output file.
     pub(crate) schema: &'a SchemaRef,
     /// The output directory, if any.
     pub(crate) output: Option<&'a OutputDir>,
-    /// The next partition to take.
-    pub(crate) next: &'a AtomicU32,
+    /// The next thread index to hand out.
+    pub(crate) next_thread: &'a AtomicU32,
+    /// How many output threads share the partitions.
+    pub(crate) threads: u32,
+    /// The writers' share of the budget.
+    pub(crate) memory: &'a WriterMemory,
+    /// Set (before `progressed` is notified) once the buffer is finished.
+    pub(crate) input_done: &'a AtomicBool,
+    /// Notified whenever an input thread has written a batch, and at the end of the input.
+    pub(crate) progressed: &'a ReleaseSignal,
 }
 
-/// One output-phase thread: partitions by number from `sink.next`, each read once and written.
+/// One partition this thread owns.
+struct Part {
+    partition: u32,
+    reader: SubscriptionReader,
+    writer: Option<PartitionWriter>,
+    /// The writer's bytes charged to the pool.
+    charged: usize,
+    rows: u64,
+    /// Whether its file may be opened while the input runs (one of the open-file budget).
+    may_open: bool,
+}
+
+impl Part {
+    /// Whether its open row group may be cut early (has at least `min_rows` rows).
+    fn cuttable(&self, min_rows: usize) -> bool {
+        self.writer
+            .as_ref()
+            .is_some_and(|w| w.open_rows() >= min_rows)
+    }
+}
+
+/// One output thread's state: its partitions, figures, check and reservation.
+struct Drain<'a, 'b> {
+    sink: &'a Sink<'b>,
+    control: &'a Control,
+    check: Option<&'a mut PartitionCheck>,
+    reservation: MemoryReservation,
+    times: OutTimes,
+    streaming: bool,
+}
+
+/// One output thread: its partitions subscribed, drained while the input runs and after it.
 pub(crate) fn read_back(
     buffer: &Buffer,
     sink: &Sink<'_>,
-    mut check: Option<&mut PartitionCheck>,
+    check: Option<&mut PartitionCheck>,
     control: &Control,
 ) -> Result<OutTimes, CliError> {
-    let mut times = OutTimes::default();
-    while control.go_on()? {
-        let partition = sink.next.fetch_add(1, Ordering::Relaxed);
-        if partition >= buffer.partitions() {
+    let index = sink.next_thread.fetch_add(1, Ordering::Relaxed);
+    let mut parts = (index..buffer.partitions())
+        .step_by(sink.threads.max(1) as usize)
+        .map(|partition| {
+            Ok(Part {
+                partition,
+                reader: buffer.subscribe(partition)?,
+                writer: None,
+                charged: 0,
+                rows: 0,
+                may_open: false,
+            })
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
+    let mut drain = Drain {
+        sink,
+        control,
+        check,
+        reservation: sink.memory.reservation(),
+        times: OutTimes::default(),
+        streaming: true,
+    };
+    // Past the switch (or held by the test hook) nothing is taken while the input runs.
+    let hold = std::env::var(HOLD_VAR).is_ok_and(|v| v == "1")
+        || !sink.memory.streams(buffer.partitions());
+    // The streaming phase.
+    loop {
+        if !control.go_on()? {
+            return Ok(drain.times);
+        }
+        let seen = sink.progressed.epoch();
+        if sink.input_done.load(Ordering::Acquire) {
             break;
         }
-        let rows = read_partition(
-            buffer,
-            partition,
-            sink,
-            check.as_deref_mut(),
-            control,
-            &mut times,
-        )?;
-        times.rows += rows;
-        times.empty_partitions += u32::from(rows == 0);
+        let took = !hold && drain.sweep(&mut parts)?;
+        if !took {
+            sink.progressed
+                .wait_blocking(seen, Some(Instant::now() + IDLE_WAIT));
+        }
+    }
+    // After the input: the largest open row groups are completed first, freeing their memory.
+    drain.streaming = false;
+    parts.sort_by_key(|p| std::cmp::Reverse(p.charged));
+    for part in parts {
+        if !control.go_on()? {
+            break;
+        }
+        drain.complete(part)?;
         control.progress.advance(1);
         if sink.output.is_some() {
             control.interrupt.pause(PausePoint::Output)?;
         }
     }
-    Ok(times)
+    Ok(drain.times)
 }
 
-/// Reads `partition` whole into its writer (and check); its row count.
-fn read_partition(
-    buffer: &Buffer,
-    partition: u32,
-    sink: &Sink<'_>,
-    mut check: Option<&mut PartitionCheck>,
-    control: &Control,
-    times: &mut OutTimes,
-) -> Result<u64, CliError> {
-    let t = Instant::now();
-    let mut writer = sink
-        .output
-        .map(|o| o.writer(partition, sink.schema))
-        .transpose()?;
-    times.output += t.elapsed();
-    let t = Instant::now();
-    let mut batches = buffer.read(partition)?;
-    times.read += t.elapsed();
-    let mut rows = 0u64;
-    loop {
-        control.interrupt.check()?;
-        let t = Instant::now();
-        let batch = batches.next();
-        times.read += t.elapsed();
-        let Some(batch) = batch else { break };
-        let batch = batch.map_err(|e| CliError::Buffer {
-            message: format!("reading partition {partition}: {e}"),
-            source: Some(Box::new(e)),
-        })?;
-        rows += batch.num_rows() as u64;
-        if let Some(check) = check.as_deref_mut() {
-            let t = Instant::now();
-            check.check(partition, &batch)?;
-            times.verify += t.elapsed();
+impl Drain<'_, '_> {
+    /// One pass over `parts` taking what is complete without waiting; whether anything was.
+    fn sweep(&mut self, parts: &mut [Part]) -> Result<bool, CliError> {
+        let memory = self.sink.memory;
+        let mut took = false;
+        for i in 0..parts.len() {
+            loop {
+                let part = &mut parts[i];
+                // Over the share, only row groups that can be cut take more.
+                if memory.over() && !part.cuttable(memory.min_rows()) {
+                    break;
+                }
+                if self.sink.output.is_some() && !part.may_open {
+                    if !memory.claim_file() {
+                        break;
+                    }
+                    part.may_open = true;
+                }
+                let t = Instant::now();
+                let next = part.reader.try_next();
+                self.times.read += t.elapsed();
+                let batch = match next {
+                    Poll::Pending | Poll::Ready(None) => break,
+                    Poll::Ready(Some(batch)) => batch,
+                };
+                let batch = batch.map_err(|e| read_error(part.partition, e))?;
+                self.write(part, &batch)?;
+                took = true;
+                self.relieve(parts)?;
+            }
         }
-        if let Some(writer) = writer.as_mut() {
-            let t = Instant::now();
-            writer.write(&batch)?;
-            times.output += t.elapsed();
-        }
+        Ok(took)
     }
-    if let Some(writer) = writer {
+
+    /// Cuts this thread's largest row groups that may be cut while the writers are over
+    /// their share.
+    fn relieve(&mut self, parts: &mut [Part]) -> Result<(), CliError> {
+        let min_rows = self.sink.memory.min_rows();
+        while self.sink.memory.over() {
+            let largest = parts
+                .iter_mut()
+                .filter(|p| p.cuttable(min_rows))
+                .max_by_key(|p| p.charged);
+            let Some(part) = largest else { break };
+            self.cut(part)?;
+        }
+        Ok(())
+    }
+
+    /// Cuts `part`'s open row group early: written to its file, its memory given back.
+    fn cut(&mut self, part: &mut Part) -> Result<(), CliError> {
         let t = Instant::now();
+        if let Some(writer) = part.writer.as_mut() {
+            writer.cut_row_group()?;
+        }
+        self.recharge(part);
+        self.times.early_cuts += 1;
+        self.add_output(t.elapsed());
+        Ok(())
+    }
+
+    /// Appends `batch` to `part`'s file (opened at its first batch), checks and counts it.
+    fn write(&mut self, part: &mut Part, batch: &RecordBatch) -> Result<(), CliError> {
+        part.rows += batch.num_rows() as u64;
+        if self.streaming {
+            self.times.rows_during_input += batch.num_rows() as u64;
+        }
+        if let Some(check) = self.check.as_deref_mut() {
+            let t = Instant::now();
+            check.check(part.partition, batch)?;
+            self.times.verify += t.elapsed();
+        }
+        let Some(output) = self.sink.output else {
+            return Ok(());
+        };
+        let t = Instant::now();
+        let writer = match &mut part.writer {
+            Some(writer) => writer,
+            none => none.insert(output.writer(part.partition, self.sink.schema)?),
+        };
+        writer.write(batch)?;
+        self.recharge(part);
+        self.add_output(t.elapsed());
+        if self.streaming {
+            self.control.interrupt.pause(PausePoint::Stream)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the rest of `part` (waiting for nothing: the buffer is finished) and completes
+    /// its file.
+    fn complete(&mut self, mut part: Part) -> Result<(), CliError> {
+        loop {
+            self.control.interrupt.check()?;
+            let t = Instant::now();
+            let next = part.reader.next();
+            self.times.read += t.elapsed();
+            let Some(batch) = next else { break };
+            let batch = batch.map_err(|e| read_error(part.partition, e))?;
+            self.write(&mut part, &batch)?;
+            if self.sink.memory.over() && part.cuttable(self.sink.memory.min_rows()) {
+                self.cut(&mut part)?;
+            }
+        }
+        self.times.rows += part.rows;
+        self.times.empty_partitions += u32::from(part.rows == 0);
+        let Some(output) = self.sink.output else {
+            return Ok(());
+        };
+        let t = Instant::now();
+        let writer = match part.writer.take() {
+            Some(writer) => writer,
+            None => output.writer(part.partition, self.sink.schema)?,
+        };
         writer.finish()?;
-        times.output += t.elapsed();
+        self.sink
+            .memory
+            .charge(&mut self.reservation, part.charged, 0);
+        self.times.output += t.elapsed();
+        Ok(())
     }
-    Ok(rows)
+
+    /// Charges `part`'s writer's bytes as they are now.
+    fn recharge(&mut self, part: &mut Part) {
+        let now = part.writer.as_ref().map_or(0, PartitionWriter::memory_size);
+        self.sink
+            .memory
+            .charge(&mut self.reservation, part.charged, now);
+        part.charged = now;
+    }
+
+    fn add_output(&mut self, spent: Duration) {
+        self.times.output += spent;
+        if self.streaming {
+            self.times.output_during_input += spent;
+        }
+    }
+}
+
+fn read_error(partition: u32, e: arrow_schema::ArrowError) -> CliError {
+    CliError::Buffer {
+        message: format!("reading partition {partition}: {e}"),
+        source: Some(Box::new(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, UInt32Array};
+    use arrow_schema::{DataType, Field, Schema};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    use super::*;
+    use crate::args::{CompressionArg, FormatArg, OutputCompression, StatisticsArg};
+    use crate::buffer::{BufferSettings, Spill};
+    use crate::interrupt::Interrupt;
+    use crate::part_writer::OutputOptions;
+    use crate::progress::Progress;
+
+    /// While the input runs a thread takes no more into a row group below the minimum once
+    /// the writers are over their share (the rest stays in the buffer); after the input it
+    /// cuts row groups at the minimum, and the partition's last one may be smaller.
+    #[test]
+    fn over_the_share_row_groups_are_cut_at_the_minimum_and_no_smaller() {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let settings = BufferSettings {
+            memory_limit: None,
+            spill: Spill::Disabled,
+            compression: CompressionArg::None,
+            // takes are merged into batches of up to this many rows: one per written batch
+            read_batch_rows: 100,
+            compact_rows: 100,
+            threads: 1,
+        };
+        let buffer = Buffer::new(Arc::clone(&schema), 1, &settings).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let options = OutputOptions {
+            format: FormatArg::Parquet,
+            compression: OutputCompression::None,
+            row_group_rows: 1 << 20,
+            statistics: StatisticsArg::Page,
+        };
+        let output = OutputDir::create(dir.path(), options, 1).unwrap();
+        // every byte a writer holds is over a 1-byte share; cuts at 200 rows
+        let memory = WriterMemory::with_cap(buffer.pool(), 1, 200);
+        let (input_done, progressed, next_thread) = (
+            AtomicBool::new(false),
+            ReleaseSignal::new(),
+            AtomicU32::new(0),
+        );
+        let sink = Sink {
+            schema: &schema,
+            output: Some(&output),
+            next_thread: &next_thread,
+            threads: 1,
+            memory: &memory,
+            input_done: &input_done,
+            progressed: &progressed,
+        };
+        let control = Control::new(Interrupt::unregistered(None), Progress::new(false));
+        let mut drain = Drain {
+            sink: &sink,
+            control: &control,
+            check: None,
+            reservation: memory.reservation(),
+            times: OutTimes::default(),
+            streaming: true,
+        };
+        let mut parts = vec![Part {
+            partition: 0,
+            reader: buffer.subscribe(0).unwrap(),
+            writer: None,
+            charged: 0,
+            rows: 0,
+            may_open: false,
+        }];
+        for b in 0..9 {
+            let keys = Int64Array::from_iter_values(b * 100..(b + 1) * 100);
+            let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(keys)]).unwrap();
+            buffer
+                .write_partitioned(batch, UInt32Array::from(vec![0; 100]))
+                .unwrap();
+        }
+        assert!(drain.sweep(&mut parts).unwrap());
+        assert_eq!(drain.times.rows_during_input, 100, "one batch, then over");
+        assert!(
+            !drain.sweep(&mut parts).unwrap(),
+            "nothing more below the minimum"
+        );
+        assert!(
+            buffer.pool().reserved() > 0,
+            "the open row group is charged"
+        );
+
+        buffer.finish().unwrap();
+        drain.streaming = false;
+        let part = parts.pop().unwrap();
+        drain.complete(part).unwrap();
+        assert_eq!(drain.times.rows, 900);
+        assert_eq!(drain.times.early_cuts, 4);
+        let file = std::fs::File::open(output.temp_path(0)).unwrap();
+        let reader = SerializedFileReader::new(file).unwrap();
+        let groups: Vec<i64> = reader
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows())
+            .collect();
+        assert_eq!(groups, [200, 200, 200, 200, 100]);
+        drop(drain);
+        assert_eq!(buffer.pool().reserved(), 0, "writers gave their bytes back");
+        buffer.close().unwrap();
+    }
 }

@@ -1,15 +1,16 @@
-//! `arrow-shards shuffle`: inputs -> partition -> buffer -> read back -> output files.
+//! `arrow-shards shuffle`: inputs -> partition -> buffer -> output files, as a pipeline.
 //!
 //! [`run`] goes through its steps in order:
 //!
 //! 1. [`Job::prepare`]: open the inputs, check the key, create the output directory (removing
 //!    a killed run's leftovers), build the buffer; nothing is read yet.
-//! 2. [`Job::shuffle_in`]: on `--threads` threads ([`crate::shuffle_in`]), each takes the next
-//!    input batch from the shared stream, computes each row's partition and scatters the batch
-//!    into the buffer; then the buffer is told the input is complete.
-//! 3. [`Job::read_back`]: on `--threads` threads ([`crate::read_back`]), each takes the next
-//!    partition number, reads that partition once and writes its temporary output file.
-//! 4. [`Job::commit`]: with `--verify` the row counts are compared; the output files get their
+//! 2. [`Job::pipeline`]: two sets of `--threads` threads at once. The input threads
+//!    ([`crate::shuffle_in`]) each claim input units (parquet row groups, Arrow IPC files),
+//!    decode them, compute each row's partition and scatter the batch into the buffer; the
+//!    buffer is then told the input is complete. The output threads ([`crate::read_back`])
+//!    each subscribe to their share of the partitions and write what is complete into the
+//!    partitions' files while the input is still read, then the rest after it.
+//! 3. [`Job::commit`]: with `--verify` the row counts are compared; the output files get their
 //!    final names and the buffer is closed (its spill directory removed).
 //!
 //! The first error, or a signal ([`crate::interrupt`]), stops every thread at its next batch;
@@ -17,11 +18,13 @@
 //! exits) and removes the temporary output files.
 //!
 //! # Locking
-//! The only lock is the input stream's mutex (see [`crate::shuffle_in`]).
+//! No locks of its own; the input threads tell the output threads about progress through a
+//! `ReleaseSignal` (its mutex taken only inside `notify`, `epoch` and `wait_blocking`).
 
-use std::sync::atomic::AtomicU32;
-use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use arrow_shards_memory::ReleaseSignal;
 
 use crate::args::ShuffleArgs;
 use crate::buffer::{Buffer, BufferSettings, Spill};
@@ -38,6 +41,7 @@ use crate::shuffle_in::{InTimes, shuffle_in};
 use crate::summary::{Report, peak_rss, seconds};
 use crate::verify::{PartitionCheck, check_row_counts};
 use crate::workers::{Control, on_threads};
+use crate::writer_memory::WriterMemory;
 
 /// Rows per input batch at least, whatever `--batch-rows` says (which then sets the size of the
 /// batches read back). With 8192-row input batches over 1024 partitions every partition's share
@@ -55,12 +59,8 @@ pub(crate) fn run(
 ) -> Result<Report, CliError> {
     let started = Instant::now();
     let job = Job::prepare(args, options, interrupt)?;
-    let shuffled = match job.shuffle_in(args) {
-        Ok(shuffled) => shuffled,
-        Err(e) => return Err(job.abandon(e)),
-    };
-    let read_back = match job.read_back(args.verify) {
-        Ok(read_back) => read_back,
+    let (shuffled, read_back) = match job.pipeline(args, started) {
+        Ok(done) => done,
         Err(e) => return Err(job.abandon(e)),
     };
     let mut report = job.commit(args, shuffled, read_back)?;
@@ -78,19 +78,23 @@ struct Job {
     control: Control,
 }
 
-/// What the input phase measured.
+/// What the input threads measured.
 struct ShuffledIn {
     times: InTimes,
     read: ReadStats,
     /// Spill bytes on disk when the input ended (the most: files go as partitions are read).
     on_disk_at_finish: u64,
+    /// Wall clock from the start of the run to the buffer finished.
+    input_done_at: Duration,
 }
 
-/// What the output phase measured.
+/// What the output threads measured.
 struct ReadBack {
     times: OutTimes,
     /// `--verify`'s checks of all threads, merged.
     check: Option<PartitionCheck>,
+    /// The writers' share of the pool, bytes (`None` without a limit).
+    writer_cap: Option<u64>,
 }
 
 impl Job {
@@ -125,50 +129,95 @@ impl Job {
         })
     }
 
-    /// Step 2: every input batch partitioned into the buffer, which is then finished.
-    fn shuffle_in(&self, args: &ShuffleArgs) -> Result<ShuffledIn, CliError> {
-        self.control.progress.start_input(self.inputs.total_rows());
-        // Input batches are partitioned whole, so their rows per partition are what each copy
-        // into the buffer moves: larger input batches make those copies longer.
-        let stream = Mutex::new(
-            self.inputs
-                .batches((args.batch_rows as usize).max(INPUT_BATCH_ROWS)),
-        );
-        let times = on_threads(self.threads, &self.control, || {
-            let partitioner = Partitioner::new(self.hasher.clone(), self.buffer.partitions());
-            shuffle_in(&stream, &self.buffer, partitioner, &self.control)
-        })?;
-        let read = stream
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner)
-            .stats();
-        self.buffer.finish()?;
-        Ok(ShuffledIn {
-            times: times.into_iter().fold(InTimes::default(), InTimes::add),
-            read,
-            on_disk_at_finish: self.buffer.metrics().bytes_on_disk,
-        })
-    }
-
-    /// Step 3: every partition read back once (and written to its temporary file).
-    fn read_back(&self, verify: bool) -> Result<ReadBack, CliError> {
-        let partitions = self.buffer.partitions();
-        self.control.progress.start_output(partitions);
-        let next = AtomicU32::new(0);
+    /// Step 2: the input and output threads at once; the input's figures, then the output's.
+    fn pipeline(
+        &self,
+        args: &ShuffleArgs,
+        started: Instant,
+    ) -> Result<(ShuffledIn, ReadBack), CliError> {
+        let input_done = AtomicBool::new(false);
+        let progressed = ReleaseSignal::new();
+        let memory = WriterMemory::new(self.buffer.pool(), args.row_group_rows as usize);
+        let next_thread = AtomicU32::new(0);
         let sink = Sink {
             schema: &self.inputs.schema,
             output: self.output.as_ref(),
-            next: &next,
+            next_thread: &next_thread,
+            threads: self.threads,
+            memory: &memory,
+            input_done: &input_done,
+            progressed: &progressed,
         };
+        let (shuffled, read_back) = std::thread::scope(|scope| {
+            let output = scope.spawn(|| self.read_back(args.verify, &sink));
+            let shuffled = self.shuffle_in(args, &progressed, started);
+            if shuffled.is_err() {
+                self.control.stop();
+            } else {
+                self.control.progress.start_output(self.buffer.partitions());
+            }
+            input_done.store(true, Ordering::Release);
+            progressed.notify();
+            let read_back = output
+                .join()
+                .unwrap_or_else(|_| Err(CliError::Internal("the output threads panicked".into())));
+            (shuffled, read_back)
+        });
+        self.control.progress.finish();
+        // An interruption is the error to report, then the input's: the others follow.
+        match (shuffled, read_back) {
+            (Ok(shuffled), Ok(mut read_back)) => {
+                read_back.writer_cap = memory.cap().map(|c| c as u64);
+                Ok((shuffled, read_back))
+            }
+            (_, Err(e @ CliError::Interrupted { .. })) | (Err(e), _) | (_, Err(e)) => Err(e),
+        }
+    }
+
+    /// The input threads: every input batch partitioned into the buffer, which is then
+    /// finished.
+    fn shuffle_in(
+        &self,
+        args: &ShuffleArgs,
+        progressed: &ReleaseSignal,
+        started: Instant,
+    ) -> Result<ShuffledIn, CliError> {
+        self.control.progress.start_input(self.inputs.total_rows());
+        // Input batches are partitioned whole, so their rows per partition are what each copy
+        // into the buffer moves: larger input batches make those copies longer.
+        let units = self
+            .inputs
+            .units((args.batch_rows as usize).max(INPUT_BATCH_ROWS));
+        let results = on_threads(self.threads, &self.control, || {
+            let partitioner = Partitioner::new(self.hasher.clone(), self.buffer.partitions());
+            shuffle_in(&units, &self.buffer, partitioner, &self.control, progressed)
+        })?;
+        self.buffer.finish()?;
+        let (times, read) = results.into_iter().fold(
+            (InTimes::default(), ReadStats::default()),
+            |(times, read), (t, r)| (times.add(t), read.add(r)),
+        );
+        Ok(ShuffledIn {
+            times,
+            read,
+            on_disk_at_finish: self.buffer.metrics().bytes_on_disk,
+            input_done_at: started.elapsed(),
+        })
+    }
+
+    /// The output threads: every partition taken once, while the input runs and after it,
+    /// and written to its temporary file.
+    fn read_back(&self, verify: bool, sink: &Sink<'_>) -> Result<ReadBack, CliError> {
+        let partitions = self.buffer.partitions();
         let results = on_threads(self.threads, &self.control, || {
             let mut check = verify.then(|| PartitionCheck::new(&self.hasher, partitions));
-            let times = read_back(&self.buffer, &sink, check.as_mut(), &self.control)?;
+            let times = read_back(&self.buffer, sink, check.as_mut(), &self.control)?;
             Ok((times, check))
         })?;
-        self.control.progress.finish();
         let mut read_back = ReadBack {
             times: OutTimes::default(),
             check: None,
+            writer_cap: None,
         };
         for (times, check) in results {
             read_back.times = read_back.times.add(times);
@@ -181,7 +230,7 @@ impl Job {
         Ok(read_back)
     }
 
-    /// Step 4: counts checked, output committed, buffer closed; the figures.
+    /// Step 3: counts checked, output committed, buffer closed; the figures.
     fn commit(
         self,
         args: &ShuffleArgs,
@@ -226,6 +275,11 @@ impl Job {
             write_wait_s: seconds(metrics.write_wait),
             read_s: seconds(out.read),
             output_s: seconds(out.output),
+            output_during_input_s: seconds(out.output_during_input),
+            rows_out_during_input: out.rows_during_input,
+            input_wall_s: seconds(shuffled.input_done_at),
+            early_row_group_cuts: out.early_cuts,
+            writer_share: read_back.writer_cap,
             verify_s: seconds(out.verify),
             total_s: 0.0,
         })

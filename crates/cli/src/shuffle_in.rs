@@ -1,16 +1,19 @@
-//! The input phase of one thread: batches from the shared input stream, partition ids
-//! computed, the batch scattered into the buffer, until the inputs end or the run stops.
+//! The input phase of one thread: batches of the input units it claims (decoded on this
+//! thread), partition ids computed, the batch scattered into the buffer, until the inputs end
+//! or the run stops. After each write the output threads are told input has progressed, so
+//! they look for complete batches to take ([`crate::read_back`]).
 //!
 //! # Locking
-//! The input stream's mutex is held while one batch is decoded and never while partitioning or
-//! writing into the buffer (whose writes may wait for memory).
+//! No lock of its own: units are claimed with an atomic; the progress signal's mutex is taken
+//! only inside `notify`, after the write, with nothing else held.
 
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use arrow_shards_memory::ReleaseSignal;
 
 use crate::buffer::Buffer;
 use crate::error::CliError;
-use crate::input::BatchStream;
+use crate::input::{ReadStats, Units};
 use crate::interrupt::PausePoint;
 use crate::partition::Partitioner;
 use crate::workers::Control;
@@ -34,20 +37,20 @@ impl InTimes {
     }
 }
 
-/// One input-phase thread: batches from `stream`, scattered into `buffer`.
+/// One input-phase thread: batches of the `units` it claims, scattered into `buffer`;
+/// `progressed` notified after each write. Its times and what it read.
 pub(crate) fn shuffle_in(
-    stream: &Mutex<BatchStream>,
+    units: &Units,
     buffer: &Buffer,
     mut partitioner: Partitioner,
     control: &Control,
-) -> Result<InTimes, CliError> {
+    progressed: &ReleaseSignal,
+) -> Result<(InTimes, ReadStats), CliError> {
     let mut times = InTimes::default();
     let watch_spill = control.interrupt.pauses_at(PausePoint::Spill);
+    let mut stream = units.stream();
     while control.go_on()? {
-        let batch = stream
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .next_batch()?;
+        let batch = stream.next_batch()?;
         let Some(batch) = batch else { break };
         control.interrupt.pause(PausePoint::Input)?;
         let t = Instant::now();
@@ -59,6 +62,8 @@ pub(crate) fn shuffle_in(
         let t = Instant::now();
         buffer.write_partitioned(batch, ids)?;
         times.write += t.elapsed();
+        progressed.notify();
+        control.interrupt.hold_for(PausePoint::Stream)?;
         control.progress.advance(rows);
         if control.progress.is_shown() {
             control.progress.spilled(buffer.metrics().bytes_spilled);
@@ -67,5 +72,5 @@ pub(crate) fn shuffle_in(
             control.interrupt.pause(PausePoint::Spill)?;
         }
     }
-    Ok(times)
+    Ok((times, stream.stats()))
 }

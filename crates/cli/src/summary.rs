@@ -7,9 +7,11 @@
 //! Phase times: `read_input_s` is time spent opening and decoding inputs; `partition_s`
 //! (hashing into partition ids) and `write_s` (the scatter writes into the buffer, waits for
 //! memory included) are summed over the partitioning threads; `read_s` (taking batches out of the
-//! buffer) and `output_s` (writing the output files) are summed over the reading threads, so
-//! with several threads they can exceed the wall clock. `total_s` is the wall clock of the
-//! whole run.
+//! buffer) and `output_s` (writing the output files) are summed over the output threads, so
+//! with several threads they can exceed the wall clock. The output threads run while the input
+//! is read: `output_during_input_s` is the part of `output_s` spent before the input was
+//! complete and `rows_out_during_input` the rows taken by then; `input_wall_s` is the wall
+//! clock at which the input was complete, `total_s` the wall clock of the whole run.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -71,6 +73,20 @@ pub(crate) struct Report {
     pub(crate) read_s: f64,
     /// Seconds writing output files, summed over threads.
     pub(crate) output_s: f64,
+    /// Of `output_s`, seconds spent while the input was still read: the overlap of the
+    /// pipeline (output written during the input instead of after it).
+    pub(crate) output_during_input_s: f64,
+    /// Rows the output threads took from the buffer while the input was still read.
+    pub(crate) rows_out_during_input: u64,
+    /// Wall-clock seconds from the start of the run until the input was complete (the buffer
+    /// finished); `total_s` minus this is what the output took after the input.
+    pub(crate) input_wall_s: f64,
+    /// Parquet row groups cut before `--row-group-rows` because the writers held their share
+    /// of the memory limit.
+    pub(crate) early_row_group_cuts: u64,
+    /// The most bytes the output writers' open row groups may hold (half the buffer's pool),
+    /// or null without a limit.
+    pub(crate) writer_share: Option<u64>,
     /// Seconds `--verify` spent hashing, summed over threads.
     pub(crate) verify_s: f64,
     /// Wall-clock seconds of the whole run.
@@ -128,6 +144,13 @@ impl Report {
             ),
             ("peak rss", self.peak_rss.map_or("unknown".into(), bytes)),
             ("threads", self.threads.to_string()),
+            (
+                "overlap",
+                format!(
+                    "{} rows out while the input was read ({:.3} s of output; input done at {:.3} s)",
+                    self.rows_out_during_input, self.output_during_input_s, self.input_wall_s
+                ),
+            ),
             (
                 "output",
                 self.output
@@ -224,6 +247,11 @@ mod tests {
             "write_s",
             "read_s",
             "output_s",
+            "output_during_input_s",
+            "rows_out_during_input",
+            "input_wall_s",
+            "early_row_group_cuts",
+            "writer_share",
             "total_s",
         ] {
             assert!(value.get(key).is_some(), "missing {key}");

@@ -29,6 +29,11 @@ impl Control {
         }
     }
 
+    /// Asks every worker to stop at its next batch (a step outside the workers failed).
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
     /// Whether to go on with the next batch: `false` once another worker failed, the
     /// interruption once a signal arrived.
     pub(crate) fn go_on(&self) -> Result<bool, CliError> {

@@ -246,3 +246,56 @@ fn changing_dictionaries_need_the_arrow_stream_format() {
     let parts = read_parts(&stream, "arrows");
     assert_eq!(parts.values().map(|(_, b)| rows(b)).sum::<usize>(), 200);
 }
+
+/// A hive-partitioned directory (`key=value` subdirectories) is read with each key as a Utf8
+/// column holding its directory's value, nulls for `__HIVE_DEFAULT_PARTITION__`.
+#[test]
+fn hive_directories_become_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+        "k",
+        arrow_schema::DataType::Int64,
+        false,
+    )]));
+    let batch = |from: i64| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(from..from + 10))],
+        )
+        .unwrap()
+    };
+    for (sub, from) in [
+        ("g=a", 0),
+        ("g=b%2Fc", 10),
+        ("g=__HIVE_DEFAULT_PARTITION__", 20),
+    ] {
+        let sub = dir.path().join("in").join(sub);
+        std::fs::create_dir_all(&sub).unwrap();
+        write_parquet(&sub.join("part-0.parquet"), &[batch(from)]);
+    }
+    let out = dir.path().join("out");
+    shuffle(
+        &[dir.path().join("in")],
+        "--key k --partitions 2 --verify --quiet --output",
+    )
+    .arg(&out)
+    .assert()
+    .success();
+    let mut seen = std::collections::BTreeMap::new();
+    for (_, (schema, batches)) in read_parts(&out, "parquet") {
+        assert_eq!(schema.field(1).name(), "g");
+        for b in &batches {
+            let keys = b.column(0).as_primitive::<Int64Type>();
+            let groups = b.column(1).as_string::<i32>();
+            for i in 0..b.num_rows() {
+                let group =
+                    arrow_array::Array::is_valid(groups, i).then(|| groups.value(i).to_owned());
+                seen.insert(keys.value(i), group);
+            }
+        }
+    }
+    assert_eq!(seen.len(), 30);
+    assert_eq!(seen[&0], Some("a".to_owned()));
+    assert_eq!(seen[&15], Some("b/c".to_owned()));
+    assert_eq!(seen[&29], None);
+}

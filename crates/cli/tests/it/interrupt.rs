@@ -36,7 +36,7 @@ fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     files
 }
 
-/// Runs a spilling shuffle into `out` paused at `point`, checks `ready` there, sends `signal`
+/// Runs a shuffle (spilling, but at the stream point) into `out` paused at `point`, checks `ready` there, sends `signal`
 /// (`INT` or `TERM`); the exit status and everything the child printed on stderr.
 fn interrupt_at(
     point: &str,
@@ -48,7 +48,14 @@ fn interrupt_at(
     let mut child = Command::new(assert_cmd::cargo::cargo_bin!("arrow-shards"))
         .arg("shuffle")
         .arg(lineitem())
-        .args("--key l_orderkey --partitions 8 --memory-limit 2MiB --threads 2 --quiet".split(' '))
+        .args("--key l_orderkey --partitions 8 --threads 2 --quiet".split(' '))
+        // The stream point needs output written during the input: no limit (under 2 MiB 8
+        // partitions are past the switch) and batches complete at 1,024 rows (a partition's
+        // ~7,500 rows of the one input batch would not make one of 8,192).
+        .args(match point {
+            "stream" => ["--compact-rows", "1024"],
+            _ => ["--memory-limit", "2MiB"],
+        })
         .arg("--output")
         .arg(out)
         .arg("--spill-dir")
@@ -158,14 +165,28 @@ fn sigint_while_spilling() {
     });
 }
 
+/// Checks that temporary output files exist in `out` at the pause point `point`.
+fn assert_temporary_files(out: &Path, point: &str) {
+    let temps = listing(out)
+        .into_iter()
+        .filter(|n| n.ends_with(".tmp"))
+        .count();
+    assert!(temps > 0, "no temporary output file at the {point} point");
+}
+
 #[test]
 fn sigterm_while_writing_the_output() {
     check_interrupted("output", "TERM", 143, |out, _| {
-        let temps = listing(out)
-            .into_iter()
-            .filter(|n| n.ends_with(".tmp"))
-            .count();
-        assert!(temps > 0, "no temporary output file at the output point");
+        assert_temporary_files(out, "output")
+    });
+}
+
+/// Ctrl-C while output files are written during the input (the input threads hold after
+/// their first write until the signal, so an output thread writes while the input is open).
+#[test]
+fn sigint_while_writing_the_output_during_the_input() {
+    check_interrupted("stream", "INT", 130, |out, _| {
+        assert_temporary_files(out, "stream")
     });
 }
 

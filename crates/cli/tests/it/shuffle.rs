@@ -348,3 +348,26 @@ fn a_small_memory_limit_spills_and_still_round_trips() {
         "spill files left behind"
     );
 }
+
+/// Output writers slower than the input (the test hook holds them until the input ends): the
+/// buffer spills what they do not take, and the files hold the same rows, keys together.
+#[test]
+fn writers_held_back_until_the_input_ends_spill_and_write_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = shuffle(
+        &[lineitem()],
+        "--key l_orderkey --partitions 8 --threads 2 --memory-limit 2MiB --compact-rows 1024 \
+         --verify --json --output",
+    )
+    .arg(&out)
+    .env("ARROW_SHARDS_HOLD_WRITERS", "1")
+    .assert()
+    .success();
+    let report = json(&run.get_output().stdout);
+    assert_eq!(report["rows_out_during_input"], 0, "{report}");
+    assert_eq!(report["output_during_input_s"], 0.0, "{report}");
+    assert!(report["bytes_spilled"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
+    assert_same_rows_and_keys_together(&out, 8);
+}
