@@ -64,7 +64,6 @@ impl Kind {
 #[derive(Debug, Clone)]
 pub(crate) struct Difference {
     pub(crate) location: String,
-    pub(crate) sql: String,
     pub(crate) kind: Kind,
     pub(crate) message: String,
 }
@@ -96,7 +95,6 @@ pub(crate) fn compare(plain: &FileRun, rule: &FileRun) -> Comparison {
         if let (None, Some(error)) = (&before.error, &after.error) {
             differences.push(Difference {
                 location: after.location.clone(),
-                sql: after.sql.clone(),
                 kind: kind_of(&after.sql, error),
                 message: error.message.clone(),
             });
@@ -118,7 +116,6 @@ pub(crate) fn compare(plain: &FileRun, rule: &FileRun) -> Comparison {
     if let Some(message) = file_level {
         differences.push(Difference {
             location: String::new(),
-            sql: String::new(),
             kind: Kind::Other,
             message,
         });

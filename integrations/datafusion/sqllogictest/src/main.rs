@@ -70,7 +70,7 @@ impl Args {
             let mut value = |name: &str| raw.next().ok_or(format!("{name} needs a value"));
             match arg.as_str() {
                 "--out" => args.out = PathBuf::from(value("--out")?),
-                "--jobs" => args.jobs = number(&value("--jobs")?)?.max(1),
+                "--jobs" => args.jobs = number::<usize>(&value("--jobs")?)?.max(1),
                 "--timeout" => args.timeout = Duration::from_secs(number(&value("--timeout")?)?),
                 "--mode" => {
                     args.mode = match value("--mode")?.as_str() {
