@@ -27,6 +27,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 crate="$here/sqllogictest"
 target="${CARGO_TARGET_DIR:-$crate/target}"
+mkdir -p "$target"
+target="$(cd "$target" && pwd)"
+export CARGO_TARGET_DIR="$target"
 work="${SLT_WORK:-$target/sqllogictest}"
 mkdir -p "$work"
 work="$(cd "$work" && pwd)"
@@ -46,7 +49,7 @@ for dir in datafusion/core/tests/data testing/data parquet-testing/data; do
 done
 
 echo "building arrow-shards-sqllogictest" >&2
-cargo build --locked --quiet --manifest-path "$crate/Cargo.toml"
+cargo build --locked --manifest-path "$crate/Cargo.toml"
 bin="$target/debug/arrow-shards-sqllogictest"
 
 # the .slt files and their own data/ from the crate itself
