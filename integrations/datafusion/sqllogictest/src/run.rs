@@ -8,8 +8,10 @@ use std::time::Duration;
 use arrow_shards_datafusion::{ShardRepartitionOptions, with_shard_repartition};
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
+use datafusion_spark::SessionStateBuilderSpark;
 use datafusion_sqllogictest::{
-    DataFusion, TestContext, TestFile, df_value_validator, setup_scratch_dir, value_normalizer,
+    DataFusion, TestContext, TestFile, df_value_validator, is_spark_path, setup_scratch_dir,
+    value_normalizer,
 };
 use sqllogictest::{Record, TestErrorKind, parse_file, strict_column_validator};
 
@@ -30,12 +32,33 @@ impl Mode {
     /// The session this mode runs `test_ctx`'s file in: for [`Mode::Rule`], the context's own
     /// state (its tables, functions and config as the file's setup left them) rebuilt with the
     /// rule, put back in place so the engine's clones of the context see it.
-    fn apply(&self, ctx: &SessionContext) {
+    ///
+    /// Rebuilding is not free of side effects, and both are undone here so that only the rule
+    /// differs: `new_from_existing` turns `create_default_catalog_and_schema` off (the catalog
+    /// exists), which `SHOW ALL` and the engine's config-unchanged check see; and it
+    /// re-registers functions in hash-map order, so where two share a name (Spark's
+    /// `array_contains` and DataFusion's alias of `array_has`) either may win: the Spark ones
+    /// are registered again, last, as `TestContext` does for `spark/` files.
+    fn apply(&self, ctx: &SessionContext, relative_path: &Path) {
         let Mode::Rule(options) = self else {
             return;
         };
-        let builder = SessionStateBuilder::new_from_existing(ctx.state());
-        let state = with_shard_repartition(builder, options.clone()).build();
+        let existing = ctx.state();
+        let create_default = existing
+            .config()
+            .options()
+            .catalog
+            .create_default_catalog_and_schema;
+        let mut builder = SessionStateBuilder::new_from_existing(existing);
+        if is_spark_path(relative_path) {
+            builder = builder.with_spark_features();
+        }
+        let mut state = with_shard_repartition(builder, options.clone()).build();
+        state
+            .config_mut()
+            .options_mut()
+            .catalog
+            .create_default_catalog_and_schema = create_default;
         *ctx.state_ref().write() = state;
     }
 }
@@ -142,7 +165,7 @@ async fn run_records(
     let Some(test_ctx) = TestContext::try_new_for_test_file(&relative_path).await else {
         return FileRun::ended(RunEnd::Skipped);
     };
-    mode.apply(test_ctx.session_ctx());
+    mode.apply(test_ctx.session_ctx(), &relative_path);
     if let Err(e) = setup_scratch_dir(&relative_path) {
         return FileRun::ended(RunEnd::Setup(format!("scratch directory: {e}")));
     }
