@@ -133,8 +133,15 @@ impl ShardRepartitionExec {
         ));
         // the buffer spills only under a limit; an unbounded session pool never refuses
         let limited = arrow_shards::MemoryPool::limit(pool.as_ref()).is_some();
+        // Batches of the session's `batch_size`, as `RepartitionExec` hands over: the operators
+        // above size their allocations by it (an ordered aggregation under a 1 MB pool with
+        // `batch_size` 128 was refused 8,192-row batches: sqllogictest
+        // `ordered_aggregate_spill.slt`).
+        let batch_rows = context.session_config().batch_size().max(1);
         let mut builder = ShardBuffer::builder(self.schema(), partitions)
             .with_memory_pool(pool)
+            .with_compact_target_rows(batch_rows)
+            .with_read_batch_rows(batch_rows)
             .with_max_concurrent_reads(self.options.max_concurrent_reads);
         if limited {
             builder = match spill_root(context)? {

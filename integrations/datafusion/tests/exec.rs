@@ -340,3 +340,40 @@ async fn streaming_every_output_at_once_holds_the_session_limit() {
     assert_eq!(session.reserved(), 0);
     assert_eq!(files(root.path()), Vec::<std::path::PathBuf>::new());
 }
+
+/// Output batches follow the session's `batch_size`, as `RepartitionExec`'s do: small input
+/// batches are compacted up to it, not to the buffer's default 8,192 rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_batches_follow_the_sessions_batch_size() {
+    let parts: Vec<Vec<RecordBatch>> = (0..2)
+        .map(|p| {
+            (0..40)
+                .map(|i| {
+                    let first = (p * 40 + i) * 50;
+                    let keys = Int64Array::from_iter_values(first..first + 50);
+                    RecordBatch::try_from_iter([("l_orderkey", Arc::new(keys) as _)]).unwrap()
+                })
+                .collect()
+        })
+        .collect();
+    let schema = parts[0][0].schema();
+    let input: Arc<dyn ExecutionPlan> =
+        MemorySourceConfig::try_new_exec(&parts, schema, None).unwrap();
+    let ours = ShardRepartitionExec::try_new(Arc::clone(&input), hash_on_orderkey(&input));
+    let ctx = TaskContext::default()
+        .with_session_config(datafusion::prelude::SessionConfig::new().with_batch_size(128));
+    let got = collect_partitioned(Arc::new(ours.unwrap()), Arc::new(ctx))
+        .await
+        .unwrap();
+    let batches: Vec<&RecordBatch> = got.iter().flatten().collect();
+    assert!(
+        batches.iter().all(|b| b.num_rows() <= 128),
+        "a batch over 128 rows"
+    );
+    assert!(
+        batches.iter().any(|b| b.num_rows() > 50),
+        "small batches compacted"
+    );
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 2 * 40 * 50);
+}
