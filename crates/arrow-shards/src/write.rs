@@ -28,6 +28,7 @@ use crate::route::{Route, route_batch};
 use crate::scatter::scatter;
 use crate::schema_check::conform;
 use crate::shard::{Shard, Stored};
+use crate::spiller::Spiller;
 use crate::spiller::side::NeedGuard;
 
 /// What a write attempt came to.
@@ -371,10 +372,10 @@ impl ShardBuffer {
     }
 
     /// Whether a write refused for memory may wait: with spilling, after waking the spiller,
-    /// unless spilling has failed, or goes to disk if neither this buffer nor another on the
-    /// pool holds anything it could spill (the pool is held by others: DataFusion's other
-    /// operators on a shared session pool; waiting would only end at the write timeout); without spilling, it waits only with a
-    /// write timeout. While it waits, the writer's need is counted in `need` so that the
+    /// unless spilling has failed, or goes to disk if this buffer holds nothing it could spill
+    /// and no other spilling buffer shares its pool (the pool is held by others, such as
+    /// DataFusion's other operators on a session pool: waiting would end only at the write
+    /// timeout); without spilling, it waits only with a write timeout. While it waits, the writer's need is counted in `need` so that the
     /// spiller frees room for it even below the threshold.
     fn may_wait<'a>(
         &'a self,
@@ -384,16 +385,16 @@ impl ShardBuffer {
     ) -> Result<Wait, Error> {
         match (&self.spiller, &self.shared.spill) {
             (Some(spiller), Some(side)) => {
-                let nothing_here = {
+                // Asked before our lock: the peers' list lock is never taken under it.
+                let alone = !Spiller::shares_pool(&self.shared);
+                {
                     let state = self.shared.lock();
                     if let Some(failed) = state.spill_error() {
                         return Err(Error::Spill(failed));
                     }
-                    state.nothing_to_free()
-                };
-                // Asked without our lock: the peers' locks are taken one at a time.
-                if nothing_here && !spiller.others_can_free(&self.shared) {
-                    return Ok(Wait::Never);
+                    if alone && state.nothing_to_free() {
+                        return Ok(Wait::Never);
+                    }
                 }
                 match need {
                     Some(guard) => guard.set(needed),

@@ -89,10 +89,13 @@ impl Spiller {
         Arc::downgrade(&as_member)
     }
 
-    /// Whether another member of the pool's spill peers holds a partition it could spill (it
-    /// takes their locks one at a time: call it holding none).
-    pub(crate) fn others_can_free(&self, shared: &Shared) -> bool {
-        self.peer.largest_other(shared.pool.spill_peers()).is_some()
+    /// Whether other buffers that spill share this buffer's pool (members of its spill peers
+    /// besides this one): they may free room for it, now or when a running spill commits.
+    pub(crate) fn shares_pool(shared: &Shared) -> bool {
+        shared
+            .pool
+            .spill_peers()
+            .is_some_and(|peers| peers.len() > 1)
     }
 
     /// Asks for a round if none is pending.
