@@ -1,7 +1,7 @@
 """Dask's own P2P shuffle against ``arrow_shards.dask``, side by side in one cluster.
 
     .venv/bin/python benches/dask_p2p.py LINEITEM.parquet [--runs 3] [--partitions 64 1024]
-        [--row-groups N] [--fits 1536MiB] [--spills 350MiB]
+        [--row-groups N] [--fits 1536MiB] [--spills 350MiB] [--meta]
 
 A ``LocalCluster`` of 2 worker processes x 1 thread, 4 GiB each. Each run reads the lineitem
 table with ``dd.read_parquet`` (the first N row groups, default all; Utf8View strings come out
@@ -10,7 +10,10 @@ partition count and reduces every output partition with ``len``. Three cases, in
 run by run (the machine is shared): Dask's own P2P (its disk buffer), arrow-shards with a
 budget where everything fits, and arrow-shards with one that spills about half. Wall time and
 peak worker RSS (sampled every 50 ms from this process, the max over both workers, and above
-the worker's RSS before the run). Prints every run, then the medians.
+the worker's RSS before the run). Prints every run, then the medians. ``--meta`` adds a fourth
+case: the "fits" budget with ``output_dtypes="meta"`` (lineitem's date and decimal columns come
+back as their Arrow dtypes instead of Python objects; not Dask's dtypes, so not comparable
+row for row, see docs/dask.md).
 """
 
 from __future__ import annotations
@@ -55,7 +58,10 @@ def one_run(client, path, row_groups, partitions, case, budgets) -> tuple[float,
     """Wall s, peak RSS, RSS before, ``bytes_spilled`` and ``bytes_written_to_disk`` (both
     workers; the plugin's totals start again with each registration, so they are this run's)."""
     if case != "dask":
-        client.register_plugin(asd.ShufflePlugin(memory_limit=budgets[case]))
+        budget, output_dtypes = budgets[case]
+        client.register_plugin(
+            asd.ShufflePlugin(memory_limit=budget, output_dtypes=output_dtypes)
+        )
     try:
         files = dd.read_parquet(path, split_row_groups=True)
         ddf = files.partitions[:row_groups] if row_groups else files
@@ -86,8 +92,14 @@ def main() -> None:
     parser.add_argument("--row-groups", type=int, default=0)
     parser.add_argument("--fits", default="1536MiB")
     parser.add_argument("--spills", default="350MiB")
+    parser.add_argument("--meta", action="store_true")
     args = parser.parse_args()
-    budgets = {"arrow-shards fits": args.fits, "arrow-shards spills": args.spills}
+    budgets = {
+        "arrow-shards fits": (args.fits, "dask"),
+        "arrow-shards spills": (args.spills, "dask"),
+    }
+    if args.meta:
+        budgets["arrow-shards fits meta dtypes"] = (args.fits, "meta")
     cases = ["dask", *budgets]
     results: dict[tuple[int, str], list[tuple[float, int, int, int, int]]] = {}
     with (

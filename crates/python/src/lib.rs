@@ -67,6 +67,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(dask::_dask_split, m)?)?;
     m.add_function(wrap_pyfunction!(dask::_dask_order, m)?)?;
+    m.add_function(wrap_pyfunction!(dask::_dask_receive, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_rust_write, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_rust_write_partitioned, m)?)?;
     Ok(())

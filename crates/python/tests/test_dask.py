@@ -152,6 +152,51 @@ def test_a_workers_own_shards_skip_the_comms(client, plugin, monkeypatch):
     assert all(sender != receiver for sender, receiver in sent), sent
 
 
+def test_output_dtypes_meta_gives_metas_arrow_dtypes(client, plugin):
+    # Dask's own P2P returns meta's decimal128[pyarrow] column as Python objects; the opt-in
+    # keeps meta's dtypes, with the same values
+    ddf = ddf_with_empty_partitions(rich_frame(rows=1_000))
+    build, _ = OPERATIONS["shuffle"]
+    expected = build(ddf).compute()
+    assert expected["dec"].dtype == object
+    plugin(memory_limit="64MiB", output_dtypes="meta")
+    got = build(ddf).compute()
+    assert all(n >= 1 for n in runs(client).values()), "arrow-shards was used on every worker"
+    assert dict(got.dtypes) == dict(ddf._meta.dtypes)
+    pd.testing.assert_frame_equal(
+        sorted_rows(got.astype(dict(expected.dtypes)), ["id"]), sorted_rows(expected, ["id"])
+    )
+
+
+def test_a_local_output_partition_is_read_without_trips_through_the_event_loop(
+    client, plugin, monkeypatch
+):
+    # Dask's get_output_partition syncs with the event loop twice per partition
+    # (_ensure_output_worker, flush_receive); for a partition of this worker ours does not
+    from distributed.shuffle import _core
+
+    trips = []
+    original = _core.sync
+
+    def counting(loop, func, *args, **kwargs):
+        name = getattr(func, "__name__", repr(func))
+        run = getattr(func, "__self__", None)
+        if name == "_ensure_output_worker" and run._get_assigned_worker(args[0]) != run.local_address:
+            name = "_ensure_output_worker of a partition of another worker"  # Dask reschedules
+        trips.append(name)
+        return original(loop, func, *args, **kwargs)
+
+    monkeypatch.setattr(_core, "sync", counting)
+    plugin()
+    ddf = dd.from_pandas(frame(), npartitions=4)
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+    assert "_write_to_comm" in trips, "the counter sees the shuffle's trips"
+    # every output partition is read on its own worker in the end: Dask's path there would
+    # sync flush_receive once per partition
+    assert "flush_receive" not in trips and "_ensure_output_worker" not in trips, trips
+
+
 def test_every_worker_spills_under_a_tiny_budget_and_cleans_up(client, plugin):
     df = frame(rows=40_000)
     ddf = dd.from_pandas(df, npartitions=8)

@@ -60,6 +60,19 @@ def test_the_preload_config_turns_it_on(client):
         assert m["runs"] >= 1 and m["rows_written"] > 0, worker
 
 
+@pytest.mark.filterwarnings("ignore:Sending large graph")
+def test_large_shards_travel_over_tcp_out_of_band_and_arrive_whole(client):
+    # shards of ~1 MiB each (over the 64 KiB mean below which a message is pickled in band):
+    # each peer's shard is a frame of the TCP message, decoded in place on the receiver
+    from arrow_shards.dask._frame import SMALL_SHARDS
+
+    df = frame(rows=120_000)
+    ddf = dd.from_pandas(df, npartitions=3)
+    assert df.memory_usage(deep=True).sum() / 3 / 2 > 4 * SMALL_SHARDS
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=4).compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+
+
 async def _die() -> None:
     os._exit(1)
 

@@ -1,7 +1,9 @@
 """The Rust steps of ``arrow_shards.dask`` (issue #35) against pyarrow's and Dask's own results:
-the ordered read (``_dask_order``) against ``Table.sort_by`` and the split by worker
+the ordered read (``_dask_order``) against ``Table.sort_by``, the split by worker
 (``_dask_split``, ``Splitter``) against ``sort_by`` and Dask's ``split_by_worker`` +
-``serialize_table``, on random tables; no cluster."""
+``serialize_table``, the receive side's decode (``_dask_receive``) against Dask's
+``buffers_to_table``, on random tables; the shards' out-of-band frames through Dask's own
+serialisation; the opt-in Arrow output dtypes; no cluster."""
 
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from distributed.shuffle._arrow import (  # noqa: E402
 )
 from distributed.shuffle._shuffle import split_by_worker  # noqa: E402
 
-from arrow_shards._native import _dask_order, _dask_split  # noqa: E402
+from arrow_shards._native import _dask_order, _dask_receive, _dask_split  # noqa: E402
+from arrow_shards.dask._frame import SMALL_SHARDS, Frame, payload  # noqa: E402
 from arrow_shards.dask._read import ordered_table, to_pandas  # noqa: E402
-from arrow_shards.dask._receive import received_table  # noqa: E402
+from arrow_shards.dask._receive import received_tables  # noqa: E402
 from arrow_shards.dask._split import Splitter  # noqa: E402
 from dask_helpers import rich_frame  # noqa: E402
 
@@ -150,7 +153,7 @@ def test_split_equals_pyarrows_sort_by_worker_and_partition(seed, workers):
             assert isinstance(shard, pa.Table)
             mine = shard
         else:
-            assert isinstance(shard, bytes)
+            assert isinstance(shard, pa.Buffer)
             mine = deserialize_table(shard)
         assert mine.schema.equals(expected.schema, check_metadata=True)
         assert mine.equals(expected)
@@ -198,7 +201,8 @@ def test_splitter_equals_dasks_split_by_worker_and_serialize_table(seed, index):
     for worker, table in expected.items():
         # Dask's wire bytes, and its table sorted stably by output partition too
         theirs = deserialize_table(serialize_table(table)).sort_by("_partitions")
-        mine = deserialize_table(got[worker])
+        assert isinstance(got[worker], Frame)
+        mine = deserialize_table(got[worker].buffer)
         assert mine.schema.equals(theirs.schema, check_metadata=True), worker
         assert mine.equals(theirs), worker
 
@@ -220,10 +224,164 @@ def test_rich_frame_has_the_listed_dtypes():
     assert len(df["c"].cat.categories) > df["c"].nunique()
 
 
-def test_a_local_table_is_received_as_dask_receives_its_stream():
-    table = pa.Table.from_pandas(rich_frame(rows=300), preserve_index=True)
+def dasks_received(shards, column, drop_column):
+    """What Dask's own run writes for ``shards``: ``buffers_to_table``, the partition column
+    cast to the buffer's ids, dropped if asked."""
+    table = buffers_to_table(shards)
+    ids = pa.compute.cast(table.column(column), pa.uint32())
+    return (table.drop_columns([column]) if drop_column else table), ids
+
+
+def as_frame(kind: str, stream: bytes):
+    if kind == "bytes":
+        return stream
+    if kind == "pyarrow.Buffer":
+        return pa.py_buffer(stream)
+    # a memoryview at an odd offset of a larger buffer, as a comm's frame may be (not
+    # 8-byte aligned: the decoder realigns)
+    return memoryview(bytearray(b"x" + stream))[1:].toreadonly()
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kind", ["bytes", "pyarrow.Buffer", "unaligned memoryview"])
+@pytest.mark.parametrize("drop_column", [True, False])
+def test_received_shards_decode_as_dasks_buffers_to_table(seed, kind, drop_column):
+    rng = np.random.default_rng(seed)
+    df = rich_frame(rows=int(rng.integers(1, 1500)), seed=seed)
+    df["_partitions"] = rng.integers(0, 1024, len(df))
+    table = pa.Table.from_pandas(df, preserve_index=True)
+    cuts = sorted(set(rng.integers(0, table.num_rows + 1, 3).tolist()) | {0, table.num_rows})
+    pieces = [table.slice(a, z - a) for a, z in zip(cuts, cuts[1:])]
+    shards = [(int(rng.integers(0, 50)), serialize_table(p)) for p in pieces]
+    got = _dask_receive(
+        [(i, as_frame(kind, s)) for i, s in shards], "_partitions", ID, drop_column
+    )
+    expected_table, expected_ids = dasks_received(shards, "_partitions", drop_column)
+    assert len(got) == 1
+    mine, ids = got[0]
+    assert mine.schema.equals(expected_table.schema, check_metadata=True)
+    assert mine.equals(expected_table)
+    assert ids.equals(expected_ids.combine_chunks())
+
+
+def test_received_shards_of_two_schemas_come_back_as_two_groups():
+    # an object column infers its Arrow type per input partition (ints here, strings there)
+    first = pa.table({"_partitions": [0, 1], "x": [1, 2]})
+    second = pa.table({"_partitions": [1], "x": ["a"]})
+    third = pa.table({"_partitions": [2, 0], "x": [3, 4]})
+    shards = [(0, serialize_table(first)), (1, serialize_table(second)),
+              (2, serialize_table(third)), (3, serialize_table(first.slice(0, 0)))]
+    got = _dask_receive(shards, "_partitions", ID, True)
+    assert [t.num_rows for t, _ in got] == [4, 1]
+    assert got[0][0].column(ID).to_pylist() == [0, 0, 2, 2]
+    assert got[0][1].to_pylist() == [0, 1, 2, 0]
+    assert got[1][0].column("x").to_pylist() == ["a"]
+
+
+def test_received_tables_take_local_tables_and_frames_in_one_list():
+    table = pa.Table.from_pandas(rich_frame(rows=300).assign(p=np.arange(300) % 7),
+                                 preserve_index=True)
     first, second = table.slice(0, 100), table.slice(100)
-    expected = buffers_to_table([(3, serialize_table(first)), (1, serialize_table(second))])
-    got = received_table([(3, serialize_table(first)), (1, second)])
-    assert got.schema.equals(expected.schema, check_metadata=True)
-    assert got.equals(expected)
+    shards = [(3, serialize_table(first)), (1, serialize_table(second))]
+    expected_table, expected_ids = dasks_received(shards, "p", True)
+    got = received_tables([(3, Frame(pa.py_buffer(serialize_table(first)))), (1, second)],
+                          "p", True)
+    mine = pa.concat_tables([t for t, _ in got])
+    assert mine.schema.equals(expected_table.schema, check_metadata=True)
+    assert mine.equals(expected_table)
+    assert pa.chunked_array([i for _, i in got]).equals(expected_ids)
+
+
+def test_a_bad_received_shard_raises_naming_it():
+    good = pa.table({"_partitions": [0, 1], "x": [1, 2]})
+    stream = serialize_table(good)
+    with pytest.raises(ValueError, match="input partition 9: not a whole Arrow IPC stream"):
+        _dask_receive([(9, stream[:-20])], "_partitions", ID, True)
+    with pytest.raises(ValueError, match="input partition 9: not a whole Arrow IPC stream"):
+        _dask_receive([(9, b"not arrow at all, no")], "_partitions", ID, True)
+    with pytest.raises(ValueError, match="input partition 4 has no column"):
+        _dask_receive([(4, stream)], "nope", ID, True)
+    negative = serialize_table(pa.table({"_partitions": [-1]}))
+    with pytest.raises(ValueError, match="input partition 5: output partition -1"):
+        _dask_receive([(5, negative)], "_partitions", ID, True)
+    floats = serialize_table(pa.table({"_partitions": [0.5]}))
+    with pytest.raises(TypeError, match="input partition 6: .* must be integers"):
+        _dask_receive([(6, floats)], "_partitions", ID, True)
+    with pytest.raises(TypeError):
+        _dask_receive([(6, 12)], "_partitions", ID, True)
+
+
+def test_a_frame_travels_out_of_band_through_dasks_serialisation():
+    from dask.sizeof import sizeof
+    from distributed.protocol import dumps, loads, to_serialize
+
+    stream = _dask_split(pa.table({"p": np.arange(50_000), "w": np.zeros(50_000, np.int8)}),
+                         "w", "p", 1)[0]
+    frame = Frame(stream)
+    assert sizeof(frame) == stream.size and sizeof((7, frame)) > stream.size
+    shards = [(7, frame), (8, frame)]
+    assert payload(shards) is shards  # large shards: out of band
+    frames = dumps({"data": to_serialize(payload(shards))})
+    # the stream's own memory is among the frames (not copied), and the pickle is small
+    addresses = [pa.py_buffer(f).address for f in frames]
+    assert stream.address in addresses
+    assert sum(len(memoryview(f)) for f in frames) < 2 * stream.size + 10_000
+    data = loads(frames)["data"]
+    assert [i for i, _ in data] == [7, 8]
+    assert all(isinstance(b, pa.Buffer) and b.equals(stream) for _, b in data)
+
+
+def test_small_shards_are_pickled_in_band_into_one_message():
+    import pickle
+
+    stream = serialize_table(pa.table({"p": [1, 2, 3]}))
+    assert len(stream) < SMALL_SHARDS
+    shards = [(1, Frame(pa.py_buffer(stream)))]
+    blob = payload(shards)
+    assert isinstance(blob, bytes)
+    data = pickle.loads(blob)
+    assert data[0][0] == 1 and pa.py_buffer(data[0][1]).equals(pa.py_buffer(stream))
+    # and at protocol 4 (stdlib pickle's default before 3.14) in band too
+    assert pa.py_buffer(pickle.loads(pickle.dumps(shards[0][1], protocol=4))).equals(
+        pa.py_buffer(stream))
+
+
+def test_output_dtypes_meta_keeps_metas_arrow_dtypes():
+    df = rich_frame(rows=500)
+    meta = df.iloc[:0]
+    assert isinstance(meta["day"].dtype, pd.ArrowDtype)
+    table = pa.Table.from_pandas(df, preserve_index=True)
+    ids = pa.array(np.zeros(len(df), np.uint32))
+    ordered = ordered_table([table.append_column(ID, ids)])
+    dasks = to_pandas(ordered, meta, "k", False)
+    kept = to_pandas(ordered, meta, "k", False, arrow_dtypes=True)
+    arrow = [c for c, t in meta.dtypes.items() if isinstance(t, pd.ArrowDtype)]
+    assert {"day", "dec"} <= set(arrow)
+    # Dask's own conversion: decimals become Python objects (dates are restored from the
+    # pandas metadata); the opt-in keeps every Arrow dtype of meta
+    assert dasks["dec"].dtype == object and dasks["day"].dtype == meta["day"].dtype
+    for column in arrow:
+        assert kept[column].dtype == meta[column].dtype
+        assert kept[column].tolist() == dasks[column].tolist()
+    others = [c for c in meta.columns if c not in arrow]
+    pd.testing.assert_frame_equal(kept[others], dasks[others])
+    # an index of an Arrow type whose meta dtype is not Arrow keeps Dask's dtype
+    indexed = df.set_index(df["day"].astype(object).rename("when"))
+    table = pa.Table.from_pandas(indexed, preserve_index=True)
+    table = table.set_column(table.schema.get_field_index("when"), "when",
+                             table.column("when").cast(pa.date32()))
+    got = to_pandas(ordered_table([table.append_column(ID, ids)]), indexed.iloc[:0], "k",
+                    False, arrow_dtypes=True)
+    assert got.index.dtype == object and got["day"].dtype == meta["day"].dtype
+
+
+def test_output_dtypes_setting_is_checked():
+    from arrow_shards.dask import ShufflePlugin
+    from arrow_shards.dask._settings import Settings
+
+    with pytest.raises(ValueError, match="output_dtypes 'arrow'"):
+        ShufflePlugin(output_dtypes="arrow")
+    with dask.config.set({"arrow-shards.output-dtypes": "pyarrow"}):
+        with pytest.raises(ValueError, match="output-dtypes 'pyarrow'"):
+            Settings.from_config()
+    assert Settings.from_config().output_dtypes == "dask"

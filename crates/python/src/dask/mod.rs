@@ -9,23 +9,31 @@
 //! 1. [`split`]: `_native._dask_split`, an input partition's Arrow table split by the worker
 //!    each row goes to, one Arrow IPC stream per remote worker (the wire format Dask's
 //!    receive side reads) and a table for the local worker.
-//! 2. [`order`]: `_native._dask_order`, an output partition as one contiguous table in Dask's
+//! 2. [`receive`]: `_native._dask_receive`, the shards a peer sent (Arrow IPC streams in the
+//!    frames Dask's comms received, out of band) decoded zero-copy into batches with the
+//!    input partition id column, and the output partition of every row: what the scatter
+//!    write into the run's buffer takes.
+//! 3. [`order`]: `_native._dask_order`, an output partition as one contiguous table in Dask's
 //!    order (stable by input partition id).
 //!
 //! Wrong input (a missing column, a wrong type, nulls) raises `ValueError` or `TypeError`;
 //! an Arrow failure raises `arrow_shards.InternalError`. No lock is held anywhere here.
 
 mod order;
+mod receive;
 mod refusal;
 mod split;
 
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch, UInt8Array};
+use arrow_data::ArrayData;
 use arrow_ipc::writer::StreamWriter;
+use arrow_pyarrow::FromPyArrow;
 use arrow_schema::{ArrowError, SchemaRef};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyList, PyTuple};
 
-use crate::convert::{Data, batches_to_table, import_data};
+use crate::convert::{Data, array_to_py, batches_to_table, import_data, pyarrow};
 use crate::errors::arrow_to_py;
 use refusal::Refusal;
 
@@ -69,8 +77,9 @@ pub(crate) fn _dask_order<'py>(
 /// worker's rows sorted stably by `partition_column`, the worker column dropped (schema
 /// metadata kept): a list with an item per worker code, `None` for a worker that gets no
 /// rows, the `pyarrow.Table` of its rows for the code `local`, and the Arrow IPC stream of its
-/// rows (`bytes`, what Dask's `serialize_table` makes) for every other. The split and the
-/// serialisation run with the GIL released.
+/// rows for every other, as a `pyarrow.Buffer` over the stream Rust wrote (not copied; the
+/// bytes are what Dask's `serialize_table` makes). The split and the serialisation run with
+/// the GIL released.
 #[pyfunction]
 #[pyo3(signature = (table, worker_column, partition_column, num_workers, local=None))]
 pub(crate) fn _dask_split<'py>(
@@ -109,7 +118,7 @@ pub(crate) fn _dask_split<'py>(
     let out = PyList::empty(py);
     for (part, stream) in split.parts.into_iter().zip(streams) {
         match (part, stream) {
-            (_, Some(bytes)) => out.append(PyBytes::new(py, &bytes))?,
+            (_, Some(bytes)) => out.append(buffer_to_py(py, bytes)?)?,
             (Some(batch), None) => out.append(batches_to_table(
                 py,
                 SchemaRef::clone(&split.schema),
@@ -117,6 +126,79 @@ pub(crate) fn _dask_split<'py>(
             )?)?,
             (None, None) => out.append(py.None())?,
         }
+    }
+    Ok(out)
+}
+
+/// `bytes` as a `pyarrow.Buffer` without a copy: the values of a `uint8` array exported
+/// through the C data interface (the workspace forbids the `unsafe` a buffer protocol of our
+/// own would need). pyarrow frees it through the array's release callback.
+fn buffer_to_py(py: Python<'_>, bytes: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
+    let array = array_to_py(py, UInt8Array::from(bytes).into_data())?;
+    array.call_method0(intern!(py, "buffers"))?.get_item(1)
+}
+
+/// A received frame (any object with the buffer protocol, or a `pyarrow.Buffer`) as an arrow
+/// `Buffer` over the same memory: pyarrow wraps it (`py_buffer`) as a `uint8` array's values,
+/// imported through the C data interface.
+fn frame_from_py(frame: &Bound<'_, PyAny>) -> PyResult<arrow_buffer::Buffer> {
+    let py = frame.py();
+    let pa = pyarrow(py)?;
+    let buffer = if frame.is_instance(&pa.getattr(intern!(py, "Buffer"))?)? {
+        frame.clone()
+    } else {
+        pa.call_method1(intern!(py, "py_buffer"), (frame,))?
+    };
+    let size: usize = buffer.getattr(intern!(py, "size"))?.extract()?;
+    let none = py.None().into_bound(py);
+    let buffers = PyList::new(py, [none, buffer])?;
+    let array = pa.getattr(intern!(py, "Array"))?.call_method1(
+        intern!(py, "from_buffers"),
+        (pa.call_method0(intern!(py, "uint8"))?, size, buffers),
+    )?;
+    let data = ArrayData::from_pyarrow_bound(&array)?;
+    Ok(data.buffers()[0].slice_with_length(data.offset(), data.len()))
+}
+
+/// _dask_receive(shards, partition_column, input_partition_id_column, drop_partition_column)
+/// --
+///
+/// The shards of a received message (`(input_partition, frame)` pairs: each frame an Arrow
+/// IPC stream, as a `pyarrow.Buffer`, `bytes` or another buffer) decoded without copying,
+/// as a list of `(table, partition_ids)`: one per distinct set of fields, in order of first
+/// appearance, the table with the `uint32` column `input_partition_id_column` appended (and
+/// `partition_column` dropped if asked), `partition_ids` the `uint32` output partition of each
+/// of its rows. The decoding runs with the GIL released. A frame that is not an Arrow IPC
+/// stream or a bad partition column raises `ValueError`/`TypeError` naming the shard.
+#[pyfunction]
+pub(crate) fn _dask_receive<'py>(
+    py: Python<'py>,
+    shards: &Bound<'py, PyAny>,
+    partition_column: &str,
+    input_partition_id_column: &str,
+    drop_partition_column: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let mut decoded = Vec::new();
+    for item in shards.try_iter()? {
+        let (input_partition, frame): (u32, Bound<'py, PyAny>) = item?.extract()?;
+        decoded.push(receive::Shard {
+            input_partition,
+            frame: frame_from_py(&frame)?,
+        });
+    }
+    let columns = receive::Columns {
+        partition: partition_column,
+        drop_partition: drop_partition_column,
+        input_partition_id: input_partition_id_column,
+    };
+    let groups = py
+        .detach(|| receive::decode(decoded, &columns))
+        .map_err(|e| e.into_py(py))?;
+    let out = PyList::empty(py);
+    for group in groups {
+        let table = batches_to_table(py, group.schema, group.batches)?;
+        let ids = array_to_py(py, group.partitions.into_data())?;
+        out.append(PyTuple::new(py, [table, ids])?)?;
     }
     Ok(out)
 }

@@ -14,7 +14,7 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt32Type;
 use arrow_array::{Array, RecordBatch, UInt32Array};
-use arrow_schema::{ArrowError, DataType, SchemaRef};
+use arrow_schema::{DataType, SchemaRef};
 use arrow_select::take::take_record_batch;
 
 use super::refusal::Refusal;
@@ -147,10 +147,4 @@ pub(crate) fn stable_order(keys: &[u32]) -> UInt32Array {
     let mut order: Vec<u32> = (0..keys.len() as u32).collect();
     order.sort_by_key(|&i| keys[i as usize]);
     UInt32Array::from(order)
-}
-
-impl From<ArrowError> for Refusal {
-    fn from(error: ArrowError) -> Self {
-        Refusal::Arrow(error)
-    }
 }

@@ -20,11 +20,26 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
+    /// The refusal with the received shard it is about named first.
+    pub(crate) fn for_input_partition(self, id: u32) -> Self {
+        match self {
+            Refusal::Value(m) => Refusal::Value(format!("the shard of input partition {id}: {m}")),
+            Refusal::Type(m) => Refusal::Type(format!("the shard of input partition {id}: {m}")),
+            other => other,
+        }
+    }
+
     pub(crate) fn into_py(self, py: Python<'_>) -> PyErr {
         match self {
             Refusal::Value(message) => PyValueError::new_err(message),
             Refusal::Type(message) => PyTypeError::new_err(message),
             Refusal::Arrow(error) => arrow_to_py(py, error),
         }
+    }
+}
+
+impl From<ArrowError> for Refusal {
+    fn from(error: ArrowError) -> Self {
+        Refusal::Arrow(error)
     }
 }

@@ -134,7 +134,7 @@ fn sort_order(
 }
 
 /// Appends the values of an integer column without nulls to `out`.
-fn integers(array: &dyn Array, column: &str, out: &mut Vec<i64>) -> Result<(), Refusal> {
+pub(crate) fn integers(array: &dyn Array, column: &str, out: &mut Vec<i64>) -> Result<(), Refusal> {
     if array.null_count() > 0 {
         return Err(Refusal::Value(format!(
             "the column {column:?} has {} nulls",

@@ -6,7 +6,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ._settings import Settings
+from ._settings import OUTPUT_DTYPES, Settings
 from ._version import check_distributed_version
 from ._worker import activate, deactivate, state_of
 
@@ -19,6 +19,8 @@ class ShufflePlugin(WorkerPlugin):
     ``client.register_plugin(ShufflePlugin(memory_limit="50%"))`` turns it on for every worker,
     present and future; ``client.unregister_worker_plugin(PLUGIN_NAME)`` turns it off. An
     argument left ``None`` is taken from the worker's ``arrow-shards.*`` dask config.
+    ``output_dtypes="meta"`` keeps meta's Arrow dtypes in the output partitions (default
+    ``"dask"``: Dask's own P2P dtypes; see docs/dask.md).
     """
 
     name = PLUGIN_NAME
@@ -28,11 +30,18 @@ class ShufflePlugin(WorkerPlugin):
         memory_limit: str | int | float | None = None,
         compression: str | None = None,
         spill_dir: str | None = None,
+        output_dtypes: str | None = None,
     ) -> None:
         check_distributed_version()
+        if output_dtypes is not None and output_dtypes not in OUTPUT_DTYPES:
+            raise ValueError(
+                f"output_dtypes {output_dtypes!r}: expected one of "
+                f"{', '.join(map(repr, OUTPUT_DTYPES))}"
+            )
         self.memory_limit = memory_limit
         self.compression = compression
         self.spill_dir = spill_dir
+        self.output_dtypes = output_dtypes
 
     def setup(self, worker: Any) -> None:
         check_distributed_version()
@@ -40,6 +49,7 @@ class ShufflePlugin(WorkerPlugin):
             memory_limit=self.memory_limit,
             compression=self.compression,
             spill_dir=self.spill_dir,
+            output_dtypes=self.output_dtypes,
         )
         activate(worker, settings)
 

@@ -7,6 +7,12 @@ concatenation and the stable sort are one Rust call with the GIL released
 (``_native._dask_order``, which gives one contiguous table); the conversion to pandas and the
 dtype reconciliation below are ``convert_shards``' own steps, line for line, so the frames are
 Dask's (dtypes, categories, index).
+
+With ``arrow_dtypes`` (the opt-in ``output-dtypes: meta``), a column whose meta dtype is an
+Arrow dtype (``pd.ArrowDtype``: ``date32[pyarrow]``, ``decimal128(15, 2)[pyarrow]``, ...) comes
+back as that dtype, the Arrow data wrapped without conversion. Dask's own conversion turns such
+a column into Python objects (``datetime.date``, ``Decimal``: one object per value) and then
+reconciles it with meta to ``object``, so its result's dtype differs from its own meta.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ def ordered_table(tables: list[pa.Table]) -> pa.Table:
     return _dask_order(table, _INPUT_PARTITION_ID_COLUMN)
 
 
-def to_pandas(table: pa.Table, meta: Any, column: str, drop_column: bool) -> Any:
+def to_pandas(
+    table: pa.Table, meta: Any, column: str, drop_column: bool, arrow_dtypes: bool = False
+) -> Any:
     """``convert_shards``' conversion of a sorted table without the id column (distributed
     2026.8): pandas through ``from_pyarrow_table_dispatch``, then the dtypes reconciled with
-    ``meta``."""
+    ``meta``. ``arrow_dtypes``: meta's Arrow dtypes are kept (see the module docs)."""
     import pandas as pd
     from dask.dataframe._compat import PANDAS_GE_300
     from dask.dataframe.dispatch import from_pyarrow_table_dispatch
@@ -38,7 +46,15 @@ def to_pandas(table: pa.Table, meta: Any, column: str, drop_column: bool) -> Any
 
     if drop_column:
         meta = meta.drop(columns=column)
-    df = from_pyarrow_table_dispatch(meta, table, self_destruct=True)
+    kept = _arrow_types_mapper(meta) if arrow_dtypes else None
+    if kept is None:
+        df = from_pyarrow_table_dispatch(meta, table, self_destruct=True)
+    else:
+        df = from_pyarrow_table_dispatch(meta, table, self_destruct=True, types_mapper=kept)
+        if isinstance(df.index.dtype, pd.ArrowDtype) and df.index.dtype != meta.index.dtype:
+            # the mapper goes by Arrow type, not by column: an index meta does not give an
+            # Arrow dtype gets Dask's conversion back
+            df.index = df.index.astype(meta.index.dtype)
     reconciled_dtypes = {}
     for name, dtype in meta.dtypes.items():
         actual = df[name].dtype
@@ -54,3 +70,34 @@ def to_pandas(table: pa.Table, meta: Any, column: str, drop_column: bool) -> Any
         reconciled_dtypes[name] = find_common_type([actual, dtype])
     kwargs = {} if PANDAS_GE_300 else {"copy": False}
     return df.astype(reconciled_dtypes, **kwargs)
+
+
+def _arrow_types_mapper(meta: Any) -> Any:
+    """The ``types_mapper`` that keeps meta's Arrow dtypes (``None`` when meta has none, or is
+    not a pandas frame): each Arrow type some column of meta has as a ``pd.ArrowDtype`` maps
+    to that dtype; other types go as in Dask's own mapper (strings to ``string[pyarrow]``
+    when meta has that dtype). A column of such a type whose meta dtype is another is set back
+    to it by the reconciliation after the conversion."""
+    import pandas as pd
+
+    if type(meta) is not pd.DataFrame:
+        return None
+    kept = {
+        dtype.pyarrow_dtype: dtype
+        for dtype in meta.dtypes.values
+        if isinstance(dtype, pd.ArrowDtype)
+    }
+    if not kept:
+        return None
+    pyarrow_strings = pd.StringDtype("pyarrow") in meta.dtypes.values
+
+    def mapper(pyarrow_dtype: pa.DataType) -> Any:
+        found = kept.get(pyarrow_dtype)
+        if found is not None:
+            return found
+        # dask's default_types_mapper (dask/dataframe/backends.py, 2026.8)
+        if pyarrow_strings and pyarrow_dtype in {pa.large_string(), pa.string()}:
+            return pd.StringDtype("pyarrow")
+        return None
+
+    return mapper

@@ -1,12 +1,13 @@
 """The receive side of one P2P run: received shards go into ``ShardBuffer``s on the worker's pool.
 
-A received batch is written with the scatter write (``write_partitioned``: a whole table and
-the output partition of each row), so it is split by output partition inside the buffer, with
-the GIL released, and never re-serialised. Shards whose schemas differ (pandas ``object``
-columns infer their Arrow type per input partition; an all-null column is ``null``) go to one
-buffer per distinct schema; a read takes the partition from every buffer, and Dask's own
-``convert_shards`` concatenates them with permissive type promotion, as it does its disk
-shards. Dictionary columns (pandas categoricals) need nothing here: the buffer keeps each
+A received message's shards (Arrow IPC streams in the frames the comms read) are decoded in
+place by one Rust call with the GIL released (``received_tables``), and written with the
+scatter write (``write_partitioned``: a whole table and the output partition of each row), so
+they are split by output partition inside the buffer, with the GIL released, and never
+re-serialised. Shards whose schemas differ (pandas ``object`` columns infer their Arrow type
+per input partition; an all-null column is ``null``) go to one buffer per distinct schema; a
+read takes the partition from every buffer and concatenates them with Dask's permissive type
+promotion, as Dask does its disk shards. Dictionary columns (pandas categoricals) need nothing here: the buffer keeps each
 dictionary as written wherever it concatenates small batches (compaction, spilled segments,
 coalescing on read), each value once and unused values kept, so a categorical keeps all its
 categories, as Dask's own P2P does.
@@ -25,29 +26,46 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from distributed.shuffle._arrow import (
-    _INPUT_PARTITION_ID_COLUMN,
-    buffers_to_table,
-    concat_tables,
-    deserialize_table,
-)
+import pyarrow.compute as pc
+from distributed.shuffle._arrow import _INPUT_PARTITION_ID_COLUMN
 
 from .. import ShardBuffer
+from .._native import _dask_receive
+from ._frame import Frame
 from ._totals import Totals
 
 
-def received_table(shards: list[tuple[int, Any]]) -> pa.Table:
-    """The received shards as one table with the input partition id column: Dask's
-    ``buffers_to_table`` for IPC streams from peers; a ``pyarrow.Table`` (this worker's own
-    shard, from the local shortcut) is taken as it is."""
-    if not any(isinstance(shard, pa.Table) for _, shard in shards):
-        return buffers_to_table(shards)
-    tables = []
+def received_tables(
+    shards: list[tuple[int, Any]], column: str, drop_column: bool
+) -> list[tuple[pa.Table, Any]]:
+    """The received shards as ``(table, partition_ids)`` pairs for the scatter write: each
+    table with the input partition id column (as Dask's ``buffers_to_table`` adds it) and
+    without ``column`` if ``drop_column``, its rows' output partitions as ``uint32`` ids.
+
+    Peers' shards (Arrow IPC streams: ``pyarrow.Buffer`` frames as received, or ``bytes``)
+    are decoded in one Rust call without copying and with the GIL released
+    (``_native._dask_receive``), one pair per distinct schema; a ``pyarrow.Table`` (this
+    worker's own shard, from the local shortcut) is taken as it is. A ``Frame`` arrives as it
+    was sent when the comms do not serialise (in-process workers, ``inproc://``)."""
+    frames = [
+        (i, shard.buffer if isinstance(shard, Frame) else shard)
+        for i, shard in shards
+        if not isinstance(shard, pa.Table)
+    ]
+    out = (
+        [tuple(pair) for pair in _dask_receive(frames, column, _INPUT_PARTITION_ID_COLUMN, drop_column)]
+        if frames
+        else []
+    )
     for input_partition, shard in shards:
-        table = shard if isinstance(shard, pa.Table) else deserialize_table(shard)
-        ids = pa.array(np.full(table.num_rows, input_partition, dtype=np.uint32))
-        tables.append(table.append_column(_INPUT_PARTITION_ID_COLUMN, ids))
-    return concat_tables(tables)
+        if not isinstance(shard, pa.Table) or not shard.num_rows:
+            continue
+        ids = pc.cast(shard.column(column), pa.uint32())
+        if drop_column:
+            shard = shard.drop_columns([column])
+        inputs = pa.array(np.full(shard.num_rows, input_partition, dtype=np.uint32))
+        out.append((shard.append_column(_INPUT_PARTITION_ID_COLUMN, inputs), ids))
+    return out
 
 
 class ReceiveBuffer:

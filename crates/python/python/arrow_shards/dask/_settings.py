@@ -4,7 +4,9 @@
 a fraction (``0.5``) of the worker's memory limit, or a size (``"2GiB"``, an ``int`` of bytes).
 ``compression`` is of spilled data (``"none"``, ``"lz4"``, ``"zstd"``, ``"zstd:LEVEL"``).
 ``spill-dir`` is where each run's private spill directory is made; ``None``: the worker's
-``local_directory``.
+``local_directory``. ``output-dtypes`` is ``"dask"`` (output partitions have the dtypes Dask's
+own P2P gives) or ``"meta"`` (columns whose meta dtype is an Arrow dtype keep it instead of
+becoming Python objects; see ``_read``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ DEFAULTS: dict[str, Any] = {
     "memory-limit": "50%",
     "compression": "none",
     "spill-dir": None,
+    "output-dtypes": "dask",
 }
+
+#: The values ``output-dtypes`` takes.
+OUTPUT_DTYPES = ("dask", "meta")
 
 dask.config.update_defaults({"arrow-shards": DEFAULTS})
 
@@ -29,6 +35,14 @@ class Settings:
     memory_limit: str | int | float
     compression: str
     spill_dir: str | None
+    output_dtypes: str = "dask"
+
+    def __post_init__(self) -> None:
+        if self.output_dtypes not in OUTPUT_DTYPES:
+            raise ValueError(
+                f"arrow-shards output-dtypes {self.output_dtypes!r}: expected one of "
+                f"{', '.join(map(repr, OUTPUT_DTYPES))}"
+            )
 
     @classmethod
     def from_config(cls) -> Settings:
@@ -45,6 +59,7 @@ class Settings:
             memory_limit=get("memory-limit"),
             compression=get("compression"),
             spill_dir=get("spill-dir"),
+            output_dtypes=get("output-dtypes"),
         )
 
     def overridden(self, **given: Any) -> Settings:

@@ -8,8 +8,9 @@ are looked up with numpy and added with ``assign`` (no copy of the frame's colum
 pandas' copy-on-write), the same conversion makes the same Arrow table (the index as columns,
 the pandas metadata naming ``_worker`` as Dask's does), and one Rust call with the GIL
 released (``_native._dask_split``) sorts it stably by worker and output partition and writes
-one IPC stream per worker. Rows whose output partition has no worker (outputs not wanted) are
-dropped, as Dask's inner merge drops them.
+one IPC stream per worker, handed back without a copy (a ``pyarrow.Buffer`` over Rust's bytes,
+wrapped as a ``_frame.Frame`` so it travels out of band). Rows whose output partition has no
+worker (outputs not wanted) are dropped, as Dask's inner merge drops them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._native import _dask_split
+from ._frame import Frame
 
 WORKER_COLUMN = "_worker"
 
@@ -61,8 +63,8 @@ class Splitter:
         return out
 
     def split(self, df: Any, local: str | None = None) -> dict[str, Any]:
-        """Worker address -> the IPC stream (``bytes``) of its rows, as Dask's
-        ``split_by_worker`` and ``serialize_table`` make them (rows also sorted by output
+        """Worker address -> the IPC stream of its rows as a ``Frame`` (the bytes Dask's
+        ``split_by_worker`` and ``serialize_table`` make, rows also sorted by output
         partition), or for the worker ``local`` the ``pyarrow.Table`` of its rows; workers
         without rows are left out."""
         from dask.dataframe.dispatch import to_pyarrow_table_dispatch
@@ -78,5 +80,7 @@ class Splitter:
         local_code = self.workers.index(local) if local in self.workers else None
         shards = _dask_split(table, WORKER_COLUMN, self.column, len(self.workers), local_code)
         return {
-            self.workers[code]: shard for code, shard in enumerate(shards) if shard is not None
+            self.workers[code]: shard if code == local_code else Frame(shard)
+            for code, shard in enumerate(shards)
+            if shard is not None
         }

@@ -126,6 +126,7 @@ def _create_run_on_worker(
     worker = plugin.worker
     return _run_class()(
         make_buffer=state.make_buffer,
+        output_dtypes=state.settings.output_dtypes,
         worker_for=worker_for,
         column=spec.column,
         meta=spec.meta,
