@@ -55,6 +55,7 @@ pub struct ShardBufferBuilder {
     memory_limit: Option<usize>,
     pool: Option<Arc<dyn MemoryPool>>,
     write_timeout: Option<Duration>,
+    disk_when_nothing_to_spill: bool,
     read_batch_rows: Option<usize>,
     concurrent_reads: usize,
     read_stall_timeout: Option<Duration>,
@@ -95,6 +96,7 @@ impl ShardBufferBuilder {
             memory_limit: None,
             pool: None,
             write_timeout: None,
+            disk_when_nothing_to_spill: false,
             read_batch_rows: Some(DEFAULT_READ_BATCH_ROWS),
             concurrent_reads: default_max_concurrent_reads(),
             read_stall_timeout: Some(DEFAULT_READ_STALL_TIMEOUT),
@@ -167,6 +169,20 @@ impl ShardBufferBuilder {
     /// Default: none (wait for the spiller with spilling on; fail at once with spilling off).
     pub fn with_write_timeout(mut self, timeout: Duration) -> Self {
         self.write_timeout = Some(timeout);
+        self
+    }
+
+    /// With spilling, a write refused while this buffer holds nothing it could spill (no
+    /// spillable partition, no spill running) and no other spilling buffer shares its pool goes
+    /// straight to disk as its own segment instead of waiting for a release that only the
+    /// pool's other consumers could give (DataFusion's operators on a session pool: the
+    /// DataFusion integration turns it on).
+    ///
+    /// Default: off: a write then waits (up to the write timeout). Not yet the default because,
+    /// with it on, the Dask plugin's full-disk test left a shuffle run open after its error
+    /// (not diagnosed; docs/reliability.md).
+    pub fn with_disk_when_nothing_to_spill(mut self, enabled: bool) -> Self {
+        self.disk_when_nothing_to_spill = enabled;
         self
     }
 
@@ -353,6 +369,7 @@ impl ShardBufferBuilder {
         );
         let config = Config {
             write_timeout: self.write_timeout,
+            disk_when_nothing_to_spill: self.disk_when_nothing_to_spill,
             read_batch_rows: self.read_batch_rows,
             read_slots: (self.concurrent_reads > 0).then(|| ReadSlots::new(self.concurrent_reads)),
             read_budget: self.read_stall_timeout.map(ReadBudget::new),

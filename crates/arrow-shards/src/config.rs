@@ -13,6 +13,8 @@ use crate::compact::CompactConfig;
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) write_timeout: Option<Duration>,
+    /// A refused write with nothing to spill anywhere on the pool goes to disk.
+    pub(crate) disk_when_nothing_to_spill: bool,
     pub(crate) read_batch_rows: Option<usize>,
     /// Shared by every reader's stream; `None`: reads unbounded.
     pub(crate) read_slots: Option<ReadSlots>,

@@ -392,7 +392,10 @@ impl ShardBuffer {
                     if let Some(failed) = state.spill_error() {
                         return Err(Error::Spill(failed));
                     }
-                    if alone && state.nothing_to_free() {
+                    if self.shared.config.disk_when_nothing_to_spill
+                        && alone
+                        && state.nothing_to_free()
+                    {
                         return Ok(Wait::Never);
                     }
                 }

@@ -142,6 +142,7 @@ impl ShardRepartitionExec {
             .with_memory_pool(pool)
             .with_compact_target_rows(batch_rows)
             .with_read_batch_rows(batch_rows)
+            .with_disk_when_nothing_to_spill(true)
             .with_max_concurrent_reads(self.options.max_concurrent_reads);
         if limited {
             builder = match spill_root(context)? {

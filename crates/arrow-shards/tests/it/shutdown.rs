@@ -32,7 +32,8 @@ fn waiting_setup(spill: bool) -> (ShardBuffer, ShardBuffer, tempfile::TempDir) {
     let builder = ShardBuffer::builder(batch(0, 1).schema(), 2)
         .with_compact_target_rows(0)
         .with_memory_pool(pool)
-        .with_write_timeout(Duration::from_secs(3600));
+        .with_write_timeout(Duration::from_secs(3600))
+        .with_disk_when_nothing_to_spill(spill);
     let buffer = if spill {
         builder.with_spill_dir(root.path()).build().unwrap()
     } else {
