@@ -131,7 +131,12 @@ impl ShardBufferBuilder {
     /// its variable-length data reaches this many bytes, and a written batch whose rows take
     /// this many bytes is kept as written. With a memory limit the target used is at most an
     /// eighth of the limit, so open batches stay small against small budgets; a limit too small
-    /// for a few open batches turns compaction off.
+    /// for a few open batches turns compaction off. The open batch of a partition with a
+    /// subscriber ([`ShardBuffer::subscribe`]) is cut sooner under a limit: at its share of a
+    /// quarter of the limit (`limit / (4 x partitions)`, at least a few hundred bytes per
+    /// column), so that subscribers take their rows from memory while producers write instead
+    /// of waiting for them to be spilled (1,024 partitions would otherwise reach the row target
+    /// only at the end of a 6M-row input).
     /// At most 1 GiB.
     ///
     /// Default: 4 MiB.
@@ -366,6 +371,7 @@ impl ShardBufferBuilder {
             self.compact_target_rows,
             self.compact_target_bytes,
             pool.limit(),
+            self.num_partitions,
         );
         let config = Config {
             write_timeout: self.write_timeout,

@@ -130,6 +130,7 @@ mod tests {
         Some(CompactConfig {
             target_rows,
             target_bytes,
+            stream_bytes: target_bytes,
         })
     }
 

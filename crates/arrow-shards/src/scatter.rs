@@ -130,6 +130,7 @@ mod tests {
         Some(CompactConfig {
             target_rows,
             target_bytes: 1 << 30,
+            stream_bytes: 1 << 30,
         })
     }
 

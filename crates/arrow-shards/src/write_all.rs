@@ -109,7 +109,10 @@ impl ShardBuffer {
 
     /// [`write_all_blocking`](Self::write_all_blocking) for a stream, waiting without blocking
     /// the runtime thread. Cancel-safe like [`write`](Self::write): dropping the future leaves
-    /// the batch being written out of the buffer (and the input where it was).
+    /// the batch being written out of the buffer (and the input where it was). It yields to
+    /// the runtime after each batch, so that subscribers on the same runtime take what was
+    /// written while the input goes on (an input stream that is always ready would otherwise
+    /// fill the buffer, and make it spill, before they run).
     pub async fn write_all<S>(&self, batches: S) -> Result<Written, Box<WriteAllError<S>>>
     where
         S: Stream<Item = (u32, RecordBatch)> + Unpin,
@@ -140,7 +143,8 @@ impl ShardBuffer {
 
     /// [`write_partitioned_all_blocking`](Self::write_partitioned_all_blocking) for a stream,
     /// waiting without blocking the runtime thread; cancel-safe like
-    /// [`write_partitioned`](Self::write_partitioned).
+    /// [`write_partitioned`](Self::write_partitioned). Yields after each batch, as
+    /// [`write_all`](Self::write_all) does.
     pub async fn write_partitioned_all<S>(
         &self,
         batches: S,
@@ -198,7 +202,7 @@ where
     Ok(written)
 }
 
-/// The async loop: [`each`] over a stream.
+/// The async loop: [`each`] over a stream, yielding to the runtime after each write.
 async fn each_async<S, F>(
     mut rest: S,
     mut write: impl FnMut(S::Item) -> F,
@@ -216,6 +220,7 @@ where
             return Err(stopped(refused, ids, rest, written));
         }
         written.add(rows);
+        tokio::task::yield_now().await;
     }
     Ok(written)
 }

@@ -4,11 +4,12 @@
 
 mod common;
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use arrow_shards_datafusion::{ShardRepartitionExec, SpillForOthersPool};
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool};
+use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 
 use common::{QUERIES, Setup, files, run};
@@ -84,8 +85,11 @@ async fn under_a_session_limit_the_plans_give_the_same_rows() {
     for ((query, sql), limit) in QUERIES.iter().flat_map(|q| [(q, LIMIT), (q, 8 << 20)]) {
         let (_, expected) = run(&off, sql).await;
         let root = tempfile::tempdir().unwrap();
+        // Tracked: the refusal names the largest consumers (docs/datafusion.md quotes them).
+        let tracked =
+            TrackConsumersPool::new(FairSpillPool::new(limit), NonZeroUsize::new(5).unwrap());
         let plain = Setup {
-            pool: Some(Arc::new(FairSpillPool::new(limit))),
+            pool: Some(Arc::new(tracked)),
             ..Setup::rule(false).spilling_to(root.path())
         }
         .context();

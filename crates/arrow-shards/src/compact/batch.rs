@@ -20,6 +20,10 @@ pub(crate) struct CompactConfig {
     /// Bytes of data (buffer lengths) at which an open batch is cut; a written batch whose rows
     /// take this many bytes passes through.
     pub(crate) target_bytes: usize,
+    /// Bytes of data at which the open batch of a partition with a subscriber is cut (at most
+    /// `target_bytes`): a share of the memory limit, so that the open batches of every
+    /// subscribed partition together hold at most a quarter of it (see [`Self::new`]).
+    pub(crate) stream_bytes: usize,
 }
 
 impl CompactConfig {
@@ -31,6 +35,7 @@ impl CompactConfig {
         target_rows: usize,
         target_bytes: usize,
         limit: Option<usize>,
+        partitions: u32,
     ) -> Option<Self> {
         if target_rows == 0 {
             return None;
@@ -41,10 +46,24 @@ impl CompactConfig {
             Some(limit) => target_bytes.min(limit / 8),
             None => target_bytes,
         };
+        let stream_bytes = limit.map_or(target_bytes, |limit| {
+            (limit / (4 * partitions.max(1) as usize))
+                .max(smallest)
+                .min(target_bytes)
+        });
         Some(Self {
             target_rows,
             target_bytes,
+            stream_bytes,
         })
+    }
+
+    /// The settings of a partition with a subscriber: cut at [`stream_bytes`](Self::stream_bytes).
+    pub(crate) fn streaming(&self) -> Self {
+        Self {
+            target_bytes: self.stream_bytes,
+            ..*self
+        }
     }
 }
 
@@ -375,6 +394,7 @@ mod tests {
         CompactConfig {
             target_rows: 1000,
             target_bytes: 1 << 20,
+            stream_bytes: 1 << 20,
         }
     }
 

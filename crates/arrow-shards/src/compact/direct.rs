@@ -155,6 +155,7 @@ mod tests {
         CompactConfig {
             target_rows: 1000,
             target_bytes: 1 << 20,
+            stream_bytes: 1 << 20,
         }
     }
 

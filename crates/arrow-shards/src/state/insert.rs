@@ -345,9 +345,20 @@ impl State {
     fn landing(&self, partition: u32, len: usize, config: &CompactConfig) -> Landing<'_> {
         let p = &self.partitions[partition as usize];
         match &p.open {
-            Some(open) if !open.is_full_for(config, len) => Landing::Open(open),
+            Some(open) if !open.is_full_for(&self.cut_config(partition, config), len) => {
+                Landing::Open(open)
+            }
             Some(open) => Landing::Fresh(Cow::Owned(open.next_start())),
             None => Landing::Fresh(Cow::Borrowed(&p.start)),
+        }
+    }
+
+    /// When `partition`'s open batch is cut: at the streaming byte target while it has a
+    /// subscriber (see [`CompactConfig::stream_bytes`]).
+    fn cut_config(&self, partition: u32, config: &CompactConfig) -> CompactConfig {
+        match self.partitions[partition as usize].reader {
+            super::Reader::Streaming { .. } => config.streaming(),
+            _ => *config,
         }
     }
 
@@ -358,10 +369,11 @@ impl State {
         len: usize,
         config: &CompactConfig,
     ) -> Result<(), Error> {
+        let cut = self.cut_config(partition, config);
         let full = self.partitions[partition as usize]
             .open
             .as_ref()
-            .is_some_and(|o| o.is_full_for(config, len));
+            .is_some_and(|o| o.is_full_for(&cut, len));
         if full {
             self.cut(partition)?;
         }
@@ -400,6 +412,7 @@ impl State {
         data_before: usize,
         config: &CompactConfig,
     ) -> Result<(), Error> {
+        let cut = self.cut_config(partition, config);
         let p = &mut self.partitions[partition as usize];
         let open = p
             .open
@@ -408,7 +421,7 @@ impl State {
         let (charge, written, full) = (
             open.bytes(),
             open.data_bytes() - data_before,
-            open.is_full(config),
+            open.is_full(&cut),
         );
         let old = p.bytes;
         self.extra = self.extra + charge - p.open_charge;

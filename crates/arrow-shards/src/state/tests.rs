@@ -110,7 +110,7 @@ proptest! {
         let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(64 << 20));
         let schema = schema();
         let compact = compact_on
-            .then(|| CompactConfig::new(&schema, 1024, 1 << 20, Some(64 << 20)))
+            .then(|| CompactConfig::new(&schema, 1024, 1 << 20, Some(64 << 20), PARTITIONS))
             .flatten();
         let mut state = State::new(
             Arc::clone(&schema),

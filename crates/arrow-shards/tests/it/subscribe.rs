@@ -194,6 +194,55 @@ fn a_take_hands_over_complete_batches_while_the_partition_is_open() {
     assert_eq!(metrics.rows_read, target as u64 + 30);
 }
 
+/// Under a memory limit a subscribed partition's open batch is cut at its share of the limit
+/// (a quarter of it over the partitions, in data bytes), long before the compaction target in
+/// rows: with 1,024 partitions an open batch would otherwise reach 8,192 rows only at the end,
+/// and every subscriber would wait for the spill. A partition without a subscriber keeps
+/// growing to the target.
+#[test]
+fn under_a_limit_a_subscribed_partition_is_cut_at_its_share_of_it() {
+    let schema = schema(&[0]);
+    // 4 MiB over 16 partitions: cut at 64 KiB of data, ~2,700 rows of these three columns.
+    let buffer = ShardBuffer::builder(schema.clone(), 16)
+        .with_memory_limit(4 << 20)
+        .build()
+        .unwrap();
+    let target = arrow_shards::DEFAULT_COMPACT_TARGET_ROWS;
+    let mut reader = buffer.subscribe_blocking(0).unwrap();
+    let mut written = 0;
+    let first = loop {
+        assert!(
+            written < target,
+            "no batch handed over below the row target"
+        );
+        buffer
+            .write_blocking(0, ints(&schema, written as i64, 100))
+            .unwrap();
+        buffer
+            .write_blocking(1, ints(&schema, written as i64, 100))
+            .unwrap();
+        written += 100;
+        if let Poll::Ready(Some(batch)) = reader.try_next() {
+            break batch.unwrap();
+        }
+    };
+    assert!(
+        (1000..target).contains(&first.num_rows()),
+        "cut at {} rows",
+        first.num_rows()
+    );
+    // Partition 1 had no subscriber: its open batch was not cut, nothing there to take.
+    let mut other = buffer.subscribe_blocking(1).unwrap();
+    assert!(other.try_next().is_pending(), "partition 1 was cut");
+    buffer.finish().unwrap();
+    let mut got = vec![first];
+    got.extend(reader.map(Result::unwrap));
+    assert_eq!(seqs(&got), (0..written as i64).collect::<Vec<_>>());
+    let rest: Vec<_> = other.map(Result::unwrap).collect();
+    assert_eq!(seqs(&rest), (0..written as i64).collect::<Vec<_>>());
+    buffer.close().unwrap();
+}
+
 /// Counts wake-ups, to tell whether a subscription was woken (no timing involved).
 #[derive(Default)]
 struct Woken(std::sync::atomic::AtomicUsize);

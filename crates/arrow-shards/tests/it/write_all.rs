@@ -110,3 +110,49 @@ fn a_partitioned_refusal_hands_back_the_ids_too() {
     );
     buffer.close().unwrap();
 }
+
+/// The async loop yields to the runtime after each batch, so that a reader on the same runtime
+/// takes what was written while the input goes on (DataFusion's scan hands over ~128 batches
+/// before it yields itself: without this the exchange's readers lagged by ~200 MB and it
+/// spilled). On a one-thread runtime, the subscriber has batches before the last write.
+#[test]
+fn the_async_loop_lets_readers_on_the_same_runtime_take_batches_meanwhile() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt;
+
+    let buffer = ShardBuffer::builder(schema(), 1).build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let taken = Arc::new(AtomicUsize::new(0));
+    let seen_while_writing = runtime.block_on(async {
+        let mut stream = buffer.subscribe(0).unwrap();
+        let reader = {
+            let taken = Arc::clone(&taken);
+            tokio::spawn(async move {
+                let mut keys = Vec::new();
+                while let Some(batch) = stream.next().await {
+                    keys.extend(self::keys([batch.unwrap()]));
+                    taken.fetch_add(1, Ordering::SeqCst);
+                }
+                keys
+            })
+        };
+        let target = arrow_shards::DEFAULT_COMPACT_TARGET_ROWS as i64;
+        // Each batch is stored whole (the compaction target): takeable at once.
+        let input = futures::stream::iter((0..8).map(|i| (0, batch(i * target, target))));
+        let mut seen = Vec::new();
+        let input = input.inspect(|_| seen.push(taken.load(Ordering::SeqCst)));
+        buffer.write_all(input).await.unwrap();
+        buffer.finish().unwrap();
+        let keys = reader.await.unwrap();
+        assert_eq!(keys, (0..8 * target).collect::<Vec<_>>());
+        seen
+    });
+    assert!(
+        seen_while_writing.last().is_some_and(|&taken| taken > 0),
+        "batches the reader had taken at each write: {seen_while_writing:?}"
+    );
+    buffer.close().unwrap();
+}
