@@ -131,6 +131,32 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_enum, default_value_t = FormatArg::Parquet)]
     pub(crate) format: FormatArg,
 
+    /// How the output files are laid out in DIR: flat (DIR/part-00000.parquet ...) or hive
+    /// (DIR/partition=0/part-0000.parquet ..., one `KEY=P` directory per partition P, as
+    /// Polars' partition_by and DuckDB's PARTITION_BY write them; reading DIR back as input
+    /// gives every row a Utf8 column KEY holding its partition number).
+    #[arg(long, value_enum, value_name = "LAYOUT", default_value_t = LayoutArg::Flat)]
+    pub(crate) layout: LayoutArg,
+
+    /// The key of --layout hive's directories (DIR/KEY=P/); it must not be a column of the
+    /// input, which would then hold it twice when read back. Default: partition.
+    #[arg(long, value_name = "KEY", default_value = "partition", value_parser = parse_hive_key)]
+    pub(crate) hive_key: String,
+
+    /// Most rows per output file: a partition with more gets several files, each full but its
+    /// last (named part-00000-0000.parquet, part-00000-0001.parquet ...; with --layout hive
+    /// part-0000.parquet, part-0001.parquet ... in its directory). Default: no limit.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_rows_per_file: Option<u64>,
+
+    /// Approximate most bytes per output file, e.g. 128MiB: a file is closed, and the
+    /// partition goes on in a new one, once its size reaches SIZE, checked every 1,024 rows
+    /// (parquet: the bytes written plus the parquet writer's estimate of the open row group).
+    /// A file may so pass SIZE by the encoding of up to 1,024 rows and its footer; every file
+    /// holds at least 1,024 rows (or all of its partition's rest). Default: no limit.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) max_bytes_per_file: Option<u64>,
+
     /// Threads that decode and partition input batches; as many more write the output while
     /// the input is read. Default: the number of cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -207,6 +233,17 @@ impl FormatArg {
             FormatArg::ArrowStream => "arrows",
         }
     }
+}
+
+/// `--layout`: where the output files go in the output directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LayoutArg {
+    /// All files in DIR: part-00000.parquet ... (part-00000-0000.parquet ... with a cap per
+    /// file).
+    Flat,
+    /// One directory per partition, DIR/KEY=P/ (KEY from --hive-key, P the partition number
+    /// without leading zeros), holding part-0000.parquet, part-0001.parquet ...
+    Hive,
 }
 
 /// Flags of `arrow-shards gen`.
@@ -304,6 +341,23 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     Ok(size.as_u64())
 }
 
+/// Checks a `--hive-key`: a directory name's key, so not empty, without `/`, `=` or `%`
+/// (which a hive reader would decode) and not hidden.
+pub(crate) fn parse_hive_key(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("the hive key must not be empty".to_owned());
+    }
+    if let Some(bad) = text.chars().find(|c| matches!(c, '/' | '\\' | '=' | '%')) {
+        return Err(format!("the hive key must not hold {bad:?}"));
+    }
+    if text.starts_with('.') {
+        return Err(
+            "the hive key must not start with '.' (readers skip hidden directories)".to_owned(),
+        );
+    }
+    Ok(text.to_owned())
+}
+
 fn parse_scale(text: &str) -> Result<f64, String> {
     let scale: f64 = text
         .trim()
@@ -334,6 +388,14 @@ mod tests {
     fn bad_sizes_are_refused() {
         for bad in ["", "  ", "lots", "12XB", "-5MiB", "0", "0MiB", "MiB"] {
             assert!(parse_size(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn hive_keys_must_make_a_directory_name() {
+        assert_eq!(parse_hive_key("part"), Ok("part".to_owned()));
+        for bad in ["", "a/b", "a=b", "a%2F", ".p", "a\\b"] {
+            assert!(parse_hive_key(bad).is_err(), "{bad:?} was accepted");
         }
     }
 

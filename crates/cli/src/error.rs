@@ -68,6 +68,15 @@ pub(crate) enum CliError {
         /// Its type.
         data_type: DataType,
     },
+    /// `--layout hive` with a `--hive-key` that is already a column of the input.
+    #[error(
+        "the hive key {key:?} is a column of the input, which read back would hold it twice; \
+         choose another directory key with --hive-key"
+    )]
+    HiveKeyIsColumn {
+        /// The key.
+        key: String,
+    },
     /// A failure decoding an input file.
     #[error("cannot read input {}", .path.display())]
     InputDecode {

@@ -1,93 +1,158 @@
-//! The output directory: one file per partition, committed all at once.
+//! The output directory: the partitions' files, committed all at once.
 //!
-//! Partition `p` is written to `DIR/.part-<p>.<ext>.tmp` (hidden, and with a suffix no reader
-//! takes for data). Only when every partition is complete, and verified with `--verify`, does
-//! [`OutputDir::commit`] rename them to `DIR/part-<p>.<ext>`, after removing `part-*` files of an
-//! earlier run that this one does not replace. If the run fails before that, dropping the
-//! [`OutputDir`] removes the temporary files: a failed run never leaves output that looks
-//! complete. Ctrl-C is such a failure ([`crate::interrupt`]). A crash — power loss, SIGKILL — can
-//! leave `.tmp` files behind; they are hidden and never mistaken for output, and the next run
-//! into the same directory removes them when it starts ([`OutputDir::create`]). Two runs into
-//! one directory at the same time are not supported.
+//! Every file is written under a temporary name in `DIR` (hidden, and with a suffix no reader
+//! takes for data; [`crate::file_names`] has the names of each `--layout`). Only when every
+//! partition is complete, and verified with `--verify`, does [`OutputDir::commit`] remove the
+//! output files of an earlier run that this one does not replace, then rename each temporary
+//! file to its final name (making the `KEY=<p>` directories of `--layout hive`). If the run
+//! fails before that, dropping the [`OutputDir`] removes the temporary files: a failed run
+//! never leaves output that looks complete. Ctrl-C is such a failure ([`crate::interrupt`]). A
+//! crash — power loss, SIGKILL — can leave `.tmp` files behind; they are hidden and never
+//! mistaken for output, and the next run into the same directory removes them when it starts
+//! ([`OutputDir::create`]). Two runs into one directory at the same time are not supported.
 //!
-//! How each file is encoded is [`crate::part_writer`]'s.
+//! An earlier run's output files, which the commit removes unless this run wrote the same
+//! name: `part-NNNNN.<ext>` and `part-NNNNN-FFFF.<ext>` in `DIR`, and `part-FFFF.<ext>` in
+//! `DIR/KEY=<n>/` directories (KEY this run's `--hive-key`, `partition` by default; such a
+//! directory left empty is removed too), `<ext>` one of parquet, arrow, arrows. Other files
+//! are left alone.
+//!
+//! How each file is encoded is [`crate::part_writer`]'s; how a partition is split into files
+//! [`crate::part_files`]'.
+//!
+//! # Locking
+//! One mutex, over the list of files started; held only to push to or read the list, never
+//! across I/O.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use arrow_schema::Schema;
+use arrow_schema::SchemaRef;
 
 use crate::error::CliError;
+use crate::file_names::{FileNames, is_hive_file_name, is_temp_name, parse_flat_name};
+use crate::part_files::PartitionFiles;
 use crate::part_writer::{OutputOptions, PartitionWriter};
+
+/// One file started by this run.
+#[derive(Debug, Clone)]
+struct Started {
+    temp: PathBuf,
+    /// Relative to the output directory.
+    final_name: PathBuf,
+}
 
 /// An output directory being filled; removes its temporary files on drop unless committed.
 #[derive(Debug)]
 pub(crate) struct OutputDir {
     dir: PathBuf,
     options: OutputOptions,
-    partitions: u32,
+    names: FileNames,
+    /// Every file started, in the order started.
+    started: Mutex<Vec<Started>>,
     committed: bool,
 }
 
 impl OutputDir {
     /// Creates `dir` if needed, checks that files can be created in it, before any work, and
     /// removes the temporary `.part-*.tmp` files an earlier, killed run left there.
-    pub(crate) fn create(
-        dir: &Path,
-        options: OutputOptions,
-        partitions: u32,
-    ) -> Result<Self, CliError> {
+    pub(crate) fn create(dir: &Path, options: OutputOptions) -> Result<Self, CliError> {
         std::fs::create_dir_all(dir).map_err(|e| CliError::output(dir, e))?;
         let probe = dir.join(".arrow-shards-probe.tmp");
         File::create(&probe).map_err(|e| CliError::output(dir, e))?;
         // Best effort: the probe is empty and hidden.
         let _ = std::fs::remove_file(&probe);
         remove_leftovers(dir)?;
+        let names = options.file_names();
         Ok(OutputDir {
             dir: dir.to_owned(),
             options,
-            partitions,
+            names,
+            started: Mutex::new(Vec::new()),
             committed: false,
         })
     }
 
-    /// The name partition `p` has once committed.
-    pub(crate) fn final_path(&self, p: u32) -> PathBuf {
-        self.dir
-            .join(format!("part-{p:05}.{}", self.options.format.extension()))
+    /// The temporary path of file `index` of partition `p`.
+    pub(crate) fn temp_path(&self, p: u32, index: u32) -> PathBuf {
+        self.dir.join(self.names.temp_name(p, index))
     }
 
-    /// The name partition `p` is written under.
-    pub(crate) fn temp_path(&self, p: u32) -> PathBuf {
-        self.dir.join(format!(
-            ".part-{p:05}.{}.tmp",
-            self.options.format.extension()
-        ))
+    /// The writer of partition `p`'s files, which opens its first when it gets its first row.
+    pub(crate) fn partition(&self, p: u32, schema: &SchemaRef) -> PartitionFiles<'_> {
+        PartitionFiles::new(self, p, SchemaRef::clone(schema), self.options.caps)
     }
 
-    /// A writer of partition `p`'s temporary file.
-    pub(crate) fn writer(&self, p: u32, schema: &Schema) -> Result<PartitionWriter, CliError> {
-        self.options.writer(self.temp_path(p), schema)
+    /// A writer of file `index` of partition `p`, under its temporary name (listed first,
+    /// so that it is removed even if creating it fails halfway).
+    pub(crate) fn file(
+        &self,
+        p: u32,
+        index: u32,
+        schema: &SchemaRef,
+    ) -> Result<PartitionWriter, CliError> {
+        let temp = self.temp_path(p, index);
+        self.list().push(Started {
+            temp: temp.clone(),
+            final_name: self.names.final_name(p, index),
+        });
+        self.options.writer(temp, schema)
     }
 
-    /// Renames every partition's temporary file to its final name, after removing earlier
-    /// runs' `part-*` files that this run does not replace.
+    /// Removes earlier runs' output files that this run does not replace, then renames every
+    /// temporary file to its final name.
     pub(crate) fn commit(mut self) -> Result<(), CliError> {
-        self.remove_stale()?;
-        for p in 0..self.partitions {
-            let (from, to) = (self.temp_path(p), self.final_path(p));
-            std::fs::rename(&from, &to).map_err(|e| CliError::output(&to, e))?;
+        let started = self.list().clone();
+        let finals: HashSet<PathBuf> = started
+            .iter()
+            .map(|s| self.dir.join(&s.final_name))
+            .collect();
+        self.remove_stale(&finals)?;
+        for file in &started {
+            let to = self.dir.join(&file.final_name);
+            if let Some(parent) = to.parent().filter(|p| *p != self.dir) {
+                std::fs::create_dir_all(parent).map_err(|e| CliError::output(parent, e))?;
+            }
+            std::fs::rename(&file.temp, &to).map_err(|e| CliError::output(&to, e))?;
         }
         self.committed = true;
         Ok(())
     }
 
-    /// Removes `part-NNNNN.{parquet,arrow,arrows}` files this run will not write.
-    fn remove_stale(&self) -> Result<(), CliError> {
+    /// Removes the output files of earlier runs (see the module docs) not in `keep`.
+    fn remove_stale(&self, keep: &HashSet<PathBuf>) -> Result<(), CliError> {
         remove_entries(&self.dir, |entry, name| {
-            part_index(name)
-                .is_some_and(|p| p >= self.partitions || self.final_path(p) != entry.path())
-        })
+            parse_flat_name(name).is_some() && !keep.contains(&entry.path())
+        })?;
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| CliError::output(&self.dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| CliError::output(&self.dir, e))?;
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if !(is_dir
+                && entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|n| self.names.is_hive_dir(n)))
+            {
+                continue;
+            }
+            let sub = entry.path();
+            remove_entries(&sub, |entry, name| {
+                is_hive_file_name(name) && !keep.contains(&entry.path())
+            })?;
+            // Only succeeds if empty: other files are left where they are.
+            let _ = std::fs::remove_dir(&sub);
+        }
+        Ok(())
+    }
+
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<Started>> {
+        // A thread that panicked while pushing left a whole list: use it.
+        self.started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -96,26 +161,22 @@ impl Drop for OutputDir {
         if self.committed {
             return;
         }
-        for p in 0..self.partitions {
-            // Most may not exist yet; nothing useful can be done about other failures here.
-            let _ = std::fs::remove_file(self.temp_path(p));
+        for file in self.list().iter() {
+            // Nothing useful can be done about a failure here.
+            let _ = std::fs::remove_file(&file.temp);
         }
     }
 }
 
-/// Removes the `.part-NNNNN.{parquet,arrow,arrows}.tmp` regular files of `dir` (a killed run's;
-/// a symlink of that name is neither followed nor removed).
+/// Removes the `.part-NNNNN[-FFFF].{parquet,arrow,arrows}.tmp` regular files of `dir` (a killed
+/// run's; a symlink of that name is neither followed nor removed).
 fn remove_leftovers(dir: &Path) -> Result<(), CliError> {
     remove_entries(dir, |entry, name| {
-        name.strip_prefix('.')
-            .and_then(|n| n.strip_suffix(".tmp"))
-            .and_then(part_index)
-            .is_some()
-            && entry.file_type().is_ok_and(|t| t.is_file())
+        is_temp_name(name) && entry.file_type().is_ok_and(|t| t.is_file())
     })
 }
 
-/// Removes the entries of `dir` for which `doomed(entry, name)` holds.
+/// Removes the regular files and symlinks of `dir` for which `doomed(entry, name)` holds.
 fn remove_entries(
     dir: &Path,
     doomed: impl Fn(&std::fs::DirEntry, &str) -> bool,
@@ -124,42 +185,10 @@ fn remove_entries(
     for entry in entries {
         let entry = entry.map_err(|e| CliError::output(dir, e))?;
         let name = entry.file_name();
-        if name.to_str().is_some_and(|n| doomed(&entry, n)) {
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir && name.to_str().is_some_and(|n| doomed(&entry, n)) {
             std::fs::remove_file(entry.path()).map_err(|e| CliError::output(&entry.path(), e))?;
         }
     }
     Ok(())
-}
-
-/// The partition index of an output file name `part-NNNNN.{parquet,arrow,arrows}`.
-fn part_index(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix("part-")?;
-    let digits = [".parquet", ".arrow", ".arrows"]
-        .iter()
-        .find_map(|ext| rest.strip_suffix(ext))?;
-    if digits.len() < 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn part_names_are_recognised_exactly() {
-        assert_eq!(part_index("part-00000.parquet"), Some(0));
-        assert_eq!(part_index("part-00042.arrow"), Some(42));
-        assert_eq!(part_index("part-00007.arrows"), Some(7));
-        assert_eq!(part_index("part-123456.parquet"), Some(123_456));
-        for other in [
-            "part-1.parquet",
-            ".part-00000.parquet.tmp",
-            "part-0000x.arrow",
-            "data.parquet",
-        ] {
-            assert_eq!(part_index(other), None, "{other}");
-        }
-    }
 }

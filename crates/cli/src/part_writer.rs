@@ -1,4 +1,4 @@
-//! Writing one partition's file: the output options (`--format`, `--compression`,
+//! Writing one output file: the output options (`--format`, `--compression`,
 //! `--row-group-rows`, `--statistics`) turned into a parquet or Arrow IPC writer.
 //!
 //! Parquet is snappy compressed by default, with row groups of at most 1,048,576 rows (the
@@ -23,8 +23,10 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
-use crate::args::{FormatArg, OutputCompression, ShuffleArgs, StatisticsArg};
+use crate::args::{FormatArg, LayoutArg, OutputCompression, ShuffleArgs, StatisticsArg};
 use crate::error::CliError;
+use crate::file_names::FileNames;
+use crate::part_files::FileCaps;
 
 /// How every output file is written.
 #[derive(Debug, Clone)]
@@ -37,6 +39,12 @@ pub(crate) struct OutputOptions {
     pub(crate) row_group_rows: usize,
     /// Parquet statistics.
     pub(crate) statistics: StatisticsArg,
+    /// Where the files go in the output directory.
+    pub(crate) layout: LayoutArg,
+    /// The key of `--layout hive`'s directories.
+    pub(crate) hive_key: String,
+    /// The most rows and bytes per file.
+    pub(crate) caps: FileCaps,
 }
 
 impl OutputOptions {
@@ -58,7 +66,18 @@ impl OutputOptions {
             compression,
             row_group_rows: args.row_group_rows as usize,
             statistics: args.statistics,
+            layout: args.layout,
+            hive_key: args.hive_key.clone(),
+            caps: FileCaps {
+                rows: args.max_rows_per_file,
+                bytes: args.max_bytes_per_file,
+            },
         })
+    }
+
+    /// How the files are named.
+    pub(crate) fn file_names(&self) -> FileNames {
+        FileNames::new(self.layout, &self.hive_key, self.format, self.caps.any())
     }
 
     fn parquet_properties(&self) -> WriterProperties {
@@ -107,14 +126,12 @@ impl OutputOptions {
             }
             FormatArg::Arrow => Inner::Arrow(Box::new(
                 self.ipc_options()
-                    .and_then(|o| FileWriter::try_new_with_options(BufWriter::new(file), schema, o))
+                    .and_then(|o| FileWriter::try_new_with_options(Counted::new(file), schema, o))
                     .map_err(fail)?,
             )),
             FormatArg::ArrowStream => Inner::ArrowStream(Box::new(
                 self.ipc_options()
-                    .and_then(|o| {
-                        StreamWriter::try_new_with_options(BufWriter::new(file), schema, o)
-                    })
+                    .and_then(|o| StreamWriter::try_new_with_options(Counted::new(file), schema, o))
                     .map_err(fail)?,
             )),
         };
@@ -128,8 +145,35 @@ impl OutputOptions {
 
 enum Inner {
     Parquet(Box<ArrowWriter<File>>),
-    Arrow(Box<FileWriter<BufWriter<File>>>),
-    ArrowStream(Box<StreamWriter<BufWriter<File>>>),
+    Arrow(Box<FileWriter<Counted>>),
+    ArrowStream(Box<StreamWriter<Counted>>),
+}
+
+/// A buffered file that counts the bytes written to it.
+struct Counted {
+    file: BufWriter<File>,
+    bytes: u64,
+}
+
+impl Counted {
+    fn new(file: File) -> Self {
+        Counted {
+            file: BufWriter::new(file),
+            bytes: 0,
+        }
+    }
+}
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }
 
 /// Writes one partition's file: create, `write` batches, `finish`.
@@ -157,6 +201,22 @@ impl PartitionWriter {
         };
         self.rows += batch.num_rows() as u64;
         result
+    }
+
+    /// Rows written so far.
+    pub(crate) fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// The file's size so far: for parquet the bytes written plus the parquet writer's
+    /// estimate of the open row group once encoded (`ArrowWriter::in_progress_size`); for
+    /// Arrow IPC the bytes written (each batch is written as it comes). Without the footer.
+    pub(crate) fn size(&self) -> u64 {
+        match &self.inner {
+            Inner::Parquet(w) => (w.bytes_written() + w.in_progress_size()) as u64,
+            Inner::Arrow(w) => w.get_ref().bytes,
+            Inner::ArrowStream(w) => w.get_ref().bytes,
+        }
     }
 
     /// Rows in the open parquet row group (0 for Arrow IPC, which has none).
@@ -193,8 +253,8 @@ impl PartitionWriter {
             Inner::Parquet(w) => {
                 w.close().map_err(|e| CliError::output(&path, e))?;
             }
-            Inner::Arrow(w) => flush(w.into_inner().map_err(fail)?, &path)?,
-            Inner::ArrowStream(w) => flush(w.into_inner().map_err(fail)?, &path)?,
+            Inner::Arrow(w) => flush(w.into_inner().map_err(fail)?.file, &path)?,
+            Inner::ArrowStream(w) => flush(w.into_inner().map_err(fail)?.file, &path)?,
         }
         Ok(self.rows)
     }

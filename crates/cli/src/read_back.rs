@@ -42,7 +42,7 @@ use crate::buffer::Buffer;
 use crate::error::CliError;
 use crate::interrupt::PausePoint;
 use crate::output::OutputDir;
-use crate::part_writer::PartitionWriter;
+use crate::part_files::PartitionFiles;
 use crate::verify::PartitionCheck;
 use crate::workers::Control;
 use crate::writer_memory::WriterMemory;
@@ -110,10 +110,10 @@ pub(crate) struct Sink<'a> {
 }
 
 /// One partition this thread owns.
-struct Part {
+struct Part<'o> {
     partition: u32,
     reader: SubscriptionReader,
-    writer: Option<PartitionWriter>,
+    writer: Option<PartitionFiles<'o>>,
     /// The writer's bytes charged to the pool.
     charged: usize,
     rows: u64,
@@ -121,7 +121,7 @@ struct Part {
     may_open: bool,
 }
 
-impl Part {
+impl Part<'_> {
     /// Whether its open row group may be cut early (has at least `min_rows` rows).
     fn cuttable(&self, min_rows: usize) -> bool {
         self.writer
@@ -203,9 +203,9 @@ pub(crate) fn read_back(
     Ok(drain.times)
 }
 
-impl Drain<'_, '_> {
+impl<'b> Drain<'_, 'b> {
     /// One pass over `parts` taking what is complete without waiting; whether anything was.
-    fn sweep(&mut self, parts: &mut [Part]) -> Result<bool, CliError> {
+    fn sweep(&mut self, parts: &mut [Part<'b>]) -> Result<bool, CliError> {
         let memory = self.sink.memory;
         let mut took = false;
         for i in 0..parts.len() {
@@ -239,7 +239,7 @@ impl Drain<'_, '_> {
 
     /// Cuts this thread's largest row groups that may be cut while the writers are over
     /// their share.
-    fn relieve(&mut self, parts: &mut [Part]) -> Result<(), CliError> {
+    fn relieve(&mut self, parts: &mut [Part<'b>]) -> Result<(), CliError> {
         let min_rows = self.sink.memory.min_rows();
         while self.sink.memory.over() {
             let largest = parts
@@ -253,7 +253,7 @@ impl Drain<'_, '_> {
     }
 
     /// Cuts `part`'s open row group early: written to its file, its memory given back.
-    fn cut(&mut self, part: &mut Part) -> Result<(), CliError> {
+    fn cut(&mut self, part: &mut Part<'b>) -> Result<(), CliError> {
         let t = Instant::now();
         if let Some(writer) = part.writer.as_mut() {
             writer.cut_row_group()?;
@@ -265,7 +265,7 @@ impl Drain<'_, '_> {
     }
 
     /// Appends `batch` to `part`'s file (opened at its first batch), checks and counts it.
-    fn write(&mut self, part: &mut Part, batch: &RecordBatch) -> Result<(), CliError> {
+    fn write(&mut self, part: &mut Part<'b>, batch: &RecordBatch) -> Result<(), CliError> {
         part.rows += batch.num_rows() as u64;
         if self.streaming {
             self.times.rows_during_input += batch.num_rows() as u64;
@@ -281,7 +281,7 @@ impl Drain<'_, '_> {
         let t = Instant::now();
         let writer = match &mut part.writer {
             Some(writer) => writer,
-            none => none.insert(output.writer(part.partition, self.sink.schema)?),
+            none => none.insert(output.partition(part.partition, self.sink.schema)),
         };
         writer.write(batch)?;
         self.recharge(part);
@@ -294,7 +294,7 @@ impl Drain<'_, '_> {
 
     /// Takes the rest of `part` (waiting for nothing: the buffer is finished) and completes
     /// its file.
-    fn complete(&mut self, mut part: Part) -> Result<(), CliError> {
+    fn complete(&mut self, mut part: Part<'b>) -> Result<(), CliError> {
         loop {
             self.control.interrupt.check()?;
             let t = Instant::now();
@@ -315,7 +315,7 @@ impl Drain<'_, '_> {
         let t = Instant::now();
         let writer = match part.writer.take() {
             Some(writer) => writer,
-            None => output.writer(part.partition, self.sink.schema)?,
+            None => output.partition(part.partition, self.sink.schema),
         };
         writer.finish()?;
         self.sink
@@ -326,8 +326,8 @@ impl Drain<'_, '_> {
     }
 
     /// Charges `part`'s writer's bytes as they are now.
-    fn recharge(&mut self, part: &mut Part) {
-        let now = part.writer.as_ref().map_or(0, PartitionWriter::memory_size);
+    fn recharge(&mut self, part: &mut Part<'b>) {
+        let now = part.writer.as_ref().map_or(0, PartitionFiles::memory_size);
         self.sink
             .memory
             .charge(&mut self.reservation, part.charged, now);
@@ -358,9 +358,10 @@ mod tests {
     use parquet::file::reader::{FileReader, SerializedFileReader};
 
     use super::*;
-    use crate::args::{CompressionArg, FormatArg, OutputCompression, StatisticsArg};
+    use crate::args::{CompressionArg, FormatArg, LayoutArg, OutputCompression, StatisticsArg};
     use crate::buffer::{BufferSettings, Spill};
     use crate::interrupt::Interrupt;
+    use crate::part_files::FileCaps;
     use crate::part_writer::OutputOptions;
     use crate::progress::Progress;
 
@@ -386,8 +387,11 @@ mod tests {
             compression: OutputCompression::None,
             row_group_rows: 1 << 20,
             statistics: StatisticsArg::Page,
+            layout: LayoutArg::Flat,
+            hive_key: "partition".to_owned(),
+            caps: FileCaps::default(),
         };
-        let output = OutputDir::create(dir.path(), options, 1).unwrap();
+        let output = OutputDir::create(dir.path(), options).unwrap();
         // every byte a writer holds is over a 1-byte share; cuts at 200 rows
         let memory = WriterMemory::with_cap(buffer.pool(), 1, 200);
         let (input_done, progressed, next_thread) = (
@@ -445,7 +449,7 @@ mod tests {
         drain.complete(part).unwrap();
         assert_eq!(drain.times.rows, 900);
         assert_eq!(drain.times.early_cuts, 4);
-        let file = std::fs::File::open(output.temp_path(0)).unwrap();
+        let file = std::fs::File::open(output.temp_path(0, 0)).unwrap();
         let reader = SerializedFileReader::new(file).unwrap();
         let groups: Vec<i64> = reader
             .metadata()

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use arrow_shards_memory::ReleaseSignal;
 
-use crate::args::ShuffleArgs;
+use crate::args::{LayoutArg, ShuffleArgs};
 use crate::buffer::{Buffer, BufferSettings, Spill};
 use crate::error::CliError;
 use crate::hash::{KeyHasher, PARTITION_SEED};
@@ -106,8 +106,16 @@ impl Job {
     ) -> Result<Self, CliError> {
         let inputs = Inputs::open(&args.inputs)?;
         let hasher = KeyHasher::new(&inputs.schema, &args.key, PARTITION_SEED)?;
+        if args.output.is_some()
+            && args.layout == LayoutArg::Hive
+            && inputs.schema.field_with_name(&args.hive_key).is_ok()
+        {
+            return Err(CliError::HiveKeyIsColumn {
+                key: args.hive_key.clone(),
+            });
+        }
         let output = match &args.output {
-            Some(dir) => Some(OutputDir::create(dir, options, args.partitions)?),
+            Some(dir) => Some(OutputDir::create(dir, options)?),
             None => None,
         };
         let threads = args.threads.unwrap_or_else(|| {

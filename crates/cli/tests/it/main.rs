@@ -3,9 +3,11 @@
 //! and figures it produces.
 
 mod errors;
+mod file_caps;
 mod r#gen;
 mod inputs;
 mod interrupt;
+mod layout;
 mod output_options;
 mod shuffle;
 mod small_budget;

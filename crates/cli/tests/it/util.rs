@@ -151,3 +151,36 @@ pub(crate) fn json(stdout: &[u8]) -> serde_json::Value {
 pub(crate) fn rows(batches: &[RecordBatch]) -> usize {
     batches.iter().map(RecordBatch::num_rows).sum()
 }
+
+/// The rows of `batches` over `columns` (by name), each encoded with arrow-row, sorted: two
+/// tables hold the same rows, each as often, exactly when their multisets are equal.
+pub(crate) fn row_multiset(batches: &[RecordBatch], columns: &[&str]) -> Vec<Vec<u8>> {
+    let Some(first) = batches.first() else {
+        return Vec::new();
+    };
+    let schema = first.schema();
+    let fields = columns
+        .iter()
+        .map(|c| {
+            let field = schema.field_with_name(c).unwrap();
+            arrow_row::SortField::new(field.data_type().clone())
+        })
+        .collect();
+    let converter = arrow_row::RowConverter::new(fields).unwrap();
+    let mut rows = Vec::new();
+    for batch in batches {
+        let arrays: Vec<_> = columns
+            .iter()
+            .map(|c| batch.column_by_name(c).unwrap().clone())
+            .collect();
+        let converted = converter.convert_columns(&arrays).unwrap();
+        rows.extend(converted.iter().map(|r| r.as_ref().to_vec()));
+    }
+    rows.sort_unstable();
+    rows
+}
+
+/// The names of the columns of `schema`.
+pub(crate) fn column_names(schema: &SchemaRef) -> Vec<String> {
+    schema.fields().iter().map(|f| f.name().clone()).collect()
+}
