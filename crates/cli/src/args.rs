@@ -127,6 +127,21 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_name = "N", default_value_t = 8192)]
     pub(crate) compact_rows: u32,
 
+    /// Sort each partition's rows by these columns, comma separated, each ascending with
+    /// nulls last unless followed by modifiers: `:desc`, `:asc`, `:nulls_first`,
+    /// `:nulls_last` (e.g. l_shipdate:desc,l_orderkey). Within --memory-limit: a partition
+    /// larger than the output thread's part of the writers' share is sorted in runs written
+    /// under the spill directory and merged. With it nothing is written while the input is
+    /// read (a partition's first row is known only after its last). Default: rows in the
+    /// order the buffer hands them over.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "COL[:MOD...][,...]",
+        value_parser = crate::sort_key::parse_sort_column
+    )]
+    pub(crate) sort_by: Vec<crate::sort_key::SortColumn>,
+
     /// Format of the output files.
     #[arg(long, value_enum, default_value_t = FormatArg::Parquet)]
     pub(crate) format: FormatArg,

@@ -68,6 +68,22 @@ pub(crate) enum CliError {
         /// Its type.
         data_type: DataType,
     },
+    /// A `--sort-by` column that the inputs do not have.
+    #[error("unknown --sort-by column {name:?}; the input has columns: {}", .available.join(", "))]
+    UnknownSortColumn {
+        /// The name given with --sort-by.
+        name: String,
+        /// The input's column names.
+        available: Vec<String>,
+    },
+    /// A `--sort-by` column of a type arrow-row cannot order.
+    #[error("--sort-by column {name:?} has type {data_type}, which cannot be sorted")]
+    UnsortableColumn {
+        /// The column.
+        name: String,
+        /// Its type.
+        data_type: DataType,
+    },
     /// `--layout hive` with a `--hive-key` that is already a column of the input.
     #[error(
         "the hive key {key:?} is a column of the input, which read back would hold it twice; \
@@ -122,6 +138,15 @@ pub(crate) enum CliError {
         /// Why.
         #[source]
         source: io::Error,
+    },
+    /// A `--sort-by` run file (under the spill directory) that cannot be written or read.
+    #[error("cannot write or read the sort run file {}", .path.display())]
+    SortRun {
+        /// The run file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
     },
     /// The shuffle buffer refused its configuration or failed while running.
     #[error("shuffle buffer: {message}")]

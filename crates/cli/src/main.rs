@@ -65,6 +65,8 @@ mod progress;
 mod read_back;
 mod shuffle;
 mod shuffle_in;
+mod sort_key;
+mod sorter;
 mod summary;
 mod verify;
 mod workers;

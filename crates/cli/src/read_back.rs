@@ -43,6 +43,7 @@ use crate::error::CliError;
 use crate::interrupt::PausePoint;
 use crate::output::OutputDir;
 use crate::part_files::PartitionFiles;
+use crate::sorter::{SortSettings, Sorter};
 use crate::verify::PartitionCheck;
 use crate::workers::Control;
 use crate::writer_memory::WriterMemory;
@@ -73,6 +74,10 @@ pub(crate) struct OutTimes {
     pub(crate) output_during_input: Duration,
     /// `--verify`'s hashing.
     pub(crate) verify: Duration,
+    /// `--sort-by`'s ordering.
+    pub(crate) sort: Duration,
+    /// Sorted runs written to disk.
+    pub(crate) sort_runs: u64,
 }
 
 impl OutTimes {
@@ -87,6 +92,8 @@ impl OutTimes {
             output: self.output + o.output,
             output_during_input: self.output_during_input + o.output_during_input,
             verify: self.verify + o.verify,
+            sort: self.sort + o.sort,
+            sort_runs: self.sort_runs + o.sort_runs,
         }
     }
 }
@@ -107,6 +114,8 @@ pub(crate) struct Sink<'a> {
     pub(crate) input_done: &'a AtomicBool,
     /// Notified whenever an input thread has written a batch, and at the end of the input.
     pub(crate) progressed: &'a ReleaseSignal,
+    /// `--sort-by`: how partitions are sorted, if they are.
+    pub(crate) sort: Option<&'a SortSettings>,
 }
 
 /// One partition this thread owns.
@@ -138,6 +147,8 @@ struct Drain<'a, 'b> {
     reservation: MemoryReservation,
     times: OutTimes,
     streaming: bool,
+    /// `--sort-by`'s sorter, if partitions are sorted.
+    sorter: Option<Sorter<'a>>,
 }
 
 /// One output thread: its partitions subscribed, drained while the input runs and after it.
@@ -168,10 +179,16 @@ pub(crate) fn read_back(
         reservation: sink.memory.reservation(),
         times: OutTimes::default(),
         streaming: true,
+        sorter: sink
+            .sort
+            .map(|settings| Sorter::new(settings, sink.memory))
+            .transpose()?,
     };
-    // Past the switch (or held by the test hook) nothing is taken while the input runs.
+    // Past the switch (or held by the test hook, or sorting) nothing is taken while the
+    // input runs.
     let hold = std::env::var(HOLD_VAR).is_ok_and(|v| v == "1")
-        || !sink.memory.streams(buffer.partitions());
+        || !sink.memory.streams(buffer.partitions())
+        || sink.sort.is_some();
     // The streaming phase.
     loop {
         if !control.go_on()? {
@@ -194,11 +211,17 @@ pub(crate) fn read_back(
         if !control.go_on()? {
             break;
         }
-        drain.complete(part)?;
+        match drain.sorter.is_some() {
+            true => drain.complete_sorted(part)?,
+            false => drain.complete(part)?,
+        }
         control.progress.advance(1);
         if sink.output.is_some() {
             control.interrupt.pause(PausePoint::Output)?;
         }
+    }
+    if let Some(sorter) = &drain.sorter {
+        drain.times.sort_runs = sorter.runs_written;
     }
     Ok(drain.times)
 }
@@ -307,6 +330,11 @@ impl<'b> Drain<'_, 'b> {
                 self.cut(&mut part)?;
             }
         }
+        self.finish_part(part)
+    }
+
+    /// Completes `part`'s file (an empty partition gets one) and counts its rows.
+    fn finish_part(&mut self, mut part: Part<'b>) -> Result<(), CliError> {
         self.times.rows += part.rows;
         self.times.empty_partitions += u32::from(part.rows == 0);
         let Some(output) = self.sink.output else {
@@ -323,6 +351,49 @@ impl<'b> Drain<'_, 'b> {
             .charge(&mut self.reservation, part.charged, 0);
         self.times.output += t.elapsed();
         Ok(())
+    }
+
+    /// Takes the rest of `part` into the sorter, then writes it in key order and completes its
+    /// file (the buffer is finished: nothing is waited for).
+    fn complete_sorted(&mut self, mut part: Part<'b>) -> Result<(), CliError> {
+        let Some(mut sorter) = self.sorter.take() else {
+            return self.complete(part);
+        };
+        let result = (|| {
+            let mut sort = sorter.partition(self.sink.schema);
+            loop {
+                self.control.interrupt.check()?;
+                let t = Instant::now();
+                let next = part.reader.next();
+                self.times.read += t.elapsed();
+                let Some(batch) = next else { break };
+                let batch = batch.map_err(|e| read_error(part.partition, e))?;
+                let t = Instant::now();
+                sorter.push(&mut sort, batch)?;
+                self.times.sort += t.elapsed();
+            }
+            let t = Instant::now();
+            let mut sorted = sorter.finish(sort)?;
+            self.times.sort += t.elapsed();
+            loop {
+                self.control.interrupt.check()?;
+                let t = Instant::now();
+                let next = sorted.next();
+                self.times.sort += t.elapsed();
+                let Some(batch) = next.transpose()? else {
+                    break;
+                };
+                self.write(&mut part, &batch)?;
+                if self.sink.memory.over() && part.cuttable(self.sink.memory.min_rows()) {
+                    self.cut(&mut part)?;
+                }
+            }
+            drop(sorted);
+            self.finish_part(part)
+        })();
+        sorter.release();
+        self.sorter = Some(sorter);
+        result
     }
 
     /// Charges `part`'s writer's bytes as they are now.
@@ -407,6 +478,7 @@ mod tests {
             memory: &memory,
             input_done: &input_done,
             progressed: &progressed,
+            sort: None,
         };
         let control = Control::new(Interrupt::unregistered(None), Progress::new(false));
         let mut drain = Drain {
@@ -416,6 +488,7 @@ mod tests {
             reservation: memory.reservation(),
             times: OutTimes::default(),
             streaming: true,
+            sorter: None,
         };
         let mut parts = vec![Part {
             partition: 0,

@@ -21,6 +21,7 @@
 //! No locks of its own; the input threads tell the output threads about progress through a
 //! `ReleaseSignal` (its mutex taken only inside `notify`, `epoch` and `wait_blocking`).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,8 @@ use crate::partition::Partitioner;
 use crate::progress::Progress;
 use crate::read_back::{OutTimes, Sink, read_back};
 use crate::shuffle_in::{InTimes, shuffle_in};
+use crate::sort_key::SortKey;
+use crate::sorter::SortSettings;
 use crate::summary::{Report, peak_rss, seconds};
 use crate::verify::{PartitionCheck, check_row_counts};
 use crate::workers::{Control, on_threads};
@@ -76,6 +79,8 @@ struct Job {
     threads: u32,
     buffer: Buffer,
     control: Control,
+    /// `--sort-by`'s key, if given.
+    sort_key: Option<Arc<SortKey>>,
 }
 
 /// What the input threads measured.
@@ -121,6 +126,11 @@ impl Job {
         let threads = args.threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
         });
+        let sort_key = if args.sort_by.is_empty() {
+            None
+        } else {
+            Some(Arc::new(SortKey::new(&inputs.schema, &args.sort_by)?))
+        };
         let buffer = Buffer::new(
             inputs.schema.clone(),
             args.partitions,
@@ -134,6 +144,7 @@ impl Job {
             threads,
             buffer,
             control,
+            sort_key,
         })
     }
 
@@ -147,7 +158,18 @@ impl Job {
         let progressed = ReleaseSignal::new();
         let memory = WriterMemory::new(self.buffer.pool(), args.row_group_rows as usize);
         let next_thread = AtomicU32::new(0);
+        let sort = self.sort_key.as_ref().map(|key| SortSettings {
+            key: Arc::clone(key),
+            // without spilling the input is all in memory: partitions are sorted whole
+            run_budget: memory
+                .cap()
+                .filter(|_| !args.no_spill)
+                .map(|cap| (cap / self.threads as usize).max(1)),
+            spill_root: args.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
+            batch_rows: args.batch_rows as usize,
+        });
         let sink = Sink {
+            sort: sort.as_ref(),
             schema: &self.inputs.schema,
             output: self.output.as_ref(),
             next_thread: &next_thread,
@@ -289,6 +311,8 @@ impl Job {
             early_row_group_cuts: out.early_cuts,
             writer_share: read_back.writer_cap,
             verify_s: seconds(out.verify),
+            sort_s: seconds(out.sort),
+            sort_runs: out.sort_runs,
             total_s: 0.0,
         })
     }

@@ -89,6 +89,11 @@ pub(crate) struct Report {
     pub(crate) writer_share: Option<u64>,
     /// Seconds `--verify` spent hashing, summed over threads.
     pub(crate) verify_s: f64,
+    /// Seconds `--sort-by` spent ordering partitions (keys encoded, positions sorted, runs
+    /// written and merged), summed over threads; 0 without it.
+    pub(crate) sort_s: f64,
+    /// Sorted runs `--sort-by` wrote to disk (0 when every partition was sorted in memory).
+    pub(crate) sort_runs: u64,
     /// Wall-clock seconds of the whole run.
     pub(crate) total_s: f64,
 }
@@ -252,6 +257,8 @@ mod tests {
             "input_wall_s",
             "early_row_group_cuts",
             "writer_share",
+            "sort_s",
+            "sort_runs",
             "total_s",
         ] {
             assert!(value.get(key).is_some(), "missing {key}");

@@ -11,4 +11,5 @@ mod layout;
 mod output_options;
 mod shuffle;
 mod small_budget;
+mod sort;
 mod util;
