@@ -26,9 +26,10 @@ pub(crate) enum Command {
     /// parallel), hashes each row's key and writes each batch into the buffer split by
     /// partition (spilling beyond --memory-limit). At the same time --threads more threads take
     /// each partition's complete batches out of the buffer and append them to its file
-    /// (DIR/part-00000.parquet ... one file per partition, empty partitions included), so
-    /// output is written while the input is read; the rest after the input. Without --output
-    /// the partitions are only read and counted: the benchmark mode.
+    /// (DIR/part-00000.parquet ... one file per partition, empty partitions included; see
+    /// --layout, --max-rows-per-file, --max-bytes-per-file), so output is written while the
+    /// input is read; the rest after the input (with --sort-by, all of it after the input).
+    /// Without --output the partitions are only read and counted: the benchmark mode.
     ///
     /// The partition of a row is a 64-bit hash of its key mod N: FNV-1a over a canonical
     /// little-endian encoding of each key value (integers widened to 64 bits; equal strings hash
@@ -67,13 +68,16 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, short, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) partitions: u32,
 
-    /// Write one file per partition into DIR (created if missing).
+    /// Write one file per partition into DIR (created if missing; several per partition with
+    /// a cap per file, in KEY=P directories with --layout hive).
     ///
-    /// Files are written as DIR/.part-00000.parquet.tmp and renamed to DIR/part-00000.parquet
-    /// only once every partition is complete (and verified, with --verify); on failure or
-    /// Ctrl-C (SIGINT, SIGTERM: exit status 130, 143) the temporary files are removed, and a
-    /// run starts by removing the .part-*.tmp files a killed run left in DIR. Older part-NNNNN
-    /// files in DIR are replaced. An empty partition gets a valid file with no rows.
+    /// Files are written as DIR/.part-00000.parquet.tmp (.part-00000-0000.parquet.tmp when
+    /// numbered) and renamed to their final names only once every partition is complete (and
+    /// verified, with --verify); on failure or Ctrl-C (SIGINT, SIGTERM: exit status 130, 143)
+    /// the temporary files are removed, and a run starts by removing the .part-*.tmp files a
+    /// killed run left in DIR. An earlier run's output files (part-NNNNN[-FFFF].EXT in DIR,
+    /// part-FFFF.EXT in DIR/KEY=N/, KEY the --hive-key) are replaced or removed; other files
+    /// stay. An empty partition gets a valid file with no rows.
     #[arg(long, short, value_name = "DIR")]
     pub(crate) output: Option<PathBuf>,
 
@@ -164,11 +168,11 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_rows_per_file: Option<u64>,
 
-    /// Approximate most bytes per output file, e.g. 128MiB: a file is closed, and the
-    /// partition goes on in a new one, once its size reaches SIZE, checked every 1,024 rows
-    /// (parquet: the bytes written plus the parquet writer's estimate of the open row group).
-    /// A file may so pass SIZE by the encoding of up to 1,024 rows and its footer; every file
-    /// holds at least 1,024 rows (or all of its partition's rest). Default: no limit.
+    /// Approximate most bytes per output file, e.g. 128MiB: a file is completed, and the
+    /// partition goes on in a new one, once its size reaches SIZE, checked after every 1,024
+    /// rows or fewer appended (parquet: the bytes written plus the parquet writer's estimate of the open row group,
+    /// which compression usually makes an overestimate; Arrow IPC: the bytes written). A file
+    /// may so pass SIZE by the encoding of up to 1,024 rows and its footer. Default: no limit.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(crate) max_bytes_per_file: Option<u64>,
 

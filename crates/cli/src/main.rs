@@ -6,6 +6,8 @@
 //!              [--spill-compression none|lz4|zstd] [--batch-rows N] [--compact-rows N]
 //!              [--format parquet|arrow|arrow-stream] [--compression snappy|zstd|lz4|none]
 //!              [--row-group-rows N] [--statistics page|chunk|none]
+//!              [--layout flat|hive] [--hive-key KEY] [--max-rows-per-file N]
+//!              [--max-bytes-per-file SIZE] [--sort-by COL[:desc][:nulls_first][,...]]
 //!              [--threads N] [--json] [--verify] [--quiet]
 //! arrow-shards gen lineitem --scale SF --output FILE.parquet
 //! arrow-shards gen all-types [--rows N] --output FILE.parquet
@@ -27,7 +29,10 @@
 //!    ([`part_writer`]) in [`output`]'s `DIR/part-00000.parquet` ... while the input is still
 //!    read, the open row groups charged to the same budget ([`writer_memory`]); the rest after
 //!    the input (temporary names, renamed when all are complete); [`verify`] checks them with
-//!    `--verify`.
+//!    `--verify`. A partition spans several files under a cap per file ([`part_files`]), and
+//!    [`file_names`] names them for `--layout flat` or `hive` (`DIR/partition=P/...`). With
+//!    `--sort-by` ([`sort_key`]) each partition is taken whole after the input and written in
+//!    key order ([`sorter`]: sorted in memory, or in runs on disk merged, within the budget).
 //!    Ctrl-C ([`interrupt`]) stops the threads, removes the temporary and spill files and
 //!    exits with 130 (SIGINT) or 143 (SIGTERM).
 //! 6. [`summary`]: the figures, as a table or one JSON object on stdout; [`progress`] draws a bar

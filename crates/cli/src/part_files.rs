@@ -8,18 +8,17 @@
 //! [`crate::output`]. Rows keep their order: file `i`'s rows all come before file `i + 1`'s.
 //!
 //! What each cap guarantees:
-//! - **rows** (exact): every file holds at most `--max-rows-per-file` rows, and every file
-//!   but the partition's last exactly that many.
-//! - **bytes** (approximate): the file's size ([`PartitionWriter::size`]: for parquet the
+//! - **rows** (exact): every file holds at most `--max-rows-per-file` rows; with this cap
+//!   alone, every file but the partition's last exactly that many.
+//! - **bytes** (approximate): batches are appended in pieces of at most [`BYTES_CHECK_ROWS`]
+//!   rows, and after each piece the file's size ([`PartitionWriter::size`]: for parquet the
 //!   bytes written plus the writer's estimate of its open row group, for Arrow IPC the bytes
-//!   written) is checked after every [`BYTES_CHECK_ROWS`] rows appended, and the file is
-//!   completed as soon as it has reached the cap. A file therefore passes the cap by at most
-//!   the encoding of the last [`BYTES_CHECK_ROWS`] rows plus its footer (and, for parquet,
-//!   by what the estimate of the open row group missed: it counts the pages not yet
-//!   compressed at their uncompressed size, so compressed files tend to end below the
-//!   estimate); every file but a partition's last has reached the cap when it is completed,
-//!   and none holds fewer than [`BYTES_CHECK_ROWS`] rows unless the rows cap is smaller or
-//!   it is the partition's last.
+//!   written) is checked: the file is completed as soon as it has reached the cap. A file
+//!   therefore passes the cap by at most the encoding of its last piece (at most
+//!   [`BYTES_CHECK_ROWS`] rows) plus its footer, and, for parquet, by what the estimate of
+//!   the open row group missed (it counts pages not yet compressed at their uncompressed
+//!   size, so compressed files tend to end below the cap). With this cap alone, every file
+//!   but a partition's last has reached the cap, by that measure, when it is completed.
 //!
 //! With both caps a file is completed at whichever it reaches first.
 

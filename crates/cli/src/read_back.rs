@@ -18,6 +18,10 @@
 //! row group first, one partition at a time, and completes its file (an empty partition gets a
 //! file with no rows).
 //!
+//! With `--sort-by` nothing is taken while the input runs (a partition's first row in key
+//! order is known only once its last row is in), and after the input each partition goes
+//! through the thread's [`Sorter`] before it is written.
+//!
 //! Without `--output` the batches are only counted (and checked).
 //!
 //! Test hook: with `ARROW_SHARDS_HOLD_WRITERS=1` in the environment the threads take nothing
