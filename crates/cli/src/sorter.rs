@@ -15,8 +15,8 @@
 //! it here instead, through the writers' reservation ([`WriterMemory::charge`]), and while
 //! they are sorted so are their keys' encoding and 16 bytes per row of positions; a run's
 //! batches are given back once the run is written, a partition's last ones once it is
-//! written. Merging holds one chunk of each run and one output batch, not charged (like the
-//! buffer's readers' raw segment bytes: small, and bounded by the number of runs). Without a
+//! written. Merging holds one chunk of each run with its keys, charged as they are when the
+//! merge starts, and one output batch being gathered, not charged. Without a
 //! limit, or with `--no-spill` (whose input is all in memory anyway), a partition is sorted
 //! whole in memory. A partition's run files are removed once it is merged, the directory when
 //! the output thread ends (also after an error or Ctrl-C; a killed process leaves it, named
@@ -143,6 +143,10 @@ impl<'a> Sorter<'a> {
             self.write_run(&mut sort)?;
         }
         let merge = Merge::open(&self.key, &sort.runs, self.settings.batch_rows)?;
+        // charged until `release`, as at the start: one chunk per run, with its keys
+        let held = self.reservation.size();
+        self.memory
+            .charge(&mut self.reservation, held, held + merge.held());
         Ok(Sorted::Merge(Box::new(merge)))
     }
 
@@ -355,6 +359,12 @@ impl Merge {
             merge.sift_down(i);
         }
         Ok(merge)
+    }
+
+    /// Bytes of the chunks the cursors are in and of their keys.
+    fn held(&self) -> usize {
+        let chunks: usize = self.chunks.iter().map(batch_memory_size).sum();
+        chunks + self.cursors.iter().map(|c| c.rows.size()).sum::<usize>()
     }
 
     /// The next output batch, `None` once every run is exhausted.

@@ -36,13 +36,14 @@ fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     files
 }
 
-/// Runs a shuffle (spilling, but at the stream point) into `out` paused at `point`, checks `ready` there, sends `signal`
-/// (`INT` or `TERM`); the exit status and everything the child printed on stderr.
+/// Runs a shuffle (spilling, but at the stream point) with the `extra` flags into `out`
+/// paused at `point`, checks `ready` there, sends `signal` (`INT` or `TERM`); the exit status
+/// and everything the child printed on stderr.
 fn interrupt_at(
     point: &str,
     signal: &str,
-    out: &Path,
-    spill: &Path,
+    (out, spill): (&Path, &Path),
+    extra: &[&str],
     ready: impl FnOnce(),
 ) -> (Option<i32>, String) {
     let mut child = Command::new(assert_cmd::cargo::cargo_bin!("arrow-shards"))
@@ -56,6 +57,7 @@ fn interrupt_at(
             "stream" => ["--compact-rows", "1024"],
             _ => ["--memory-limit", "2MiB"],
         })
+        .args(extra)
         .arg("--output")
         .arg(out)
         .arg("--spill-dir")
@@ -125,10 +127,20 @@ fn earlier_output(out: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 fn check_interrupted(point: &str, signal: &str, status: i32, ready: impl FnOnce(&Path, &Path)) {
+    check_interrupted_with(point, signal, status, &[], ready);
+}
+
+fn check_interrupted_with(
+    point: &str,
+    signal: &str,
+    status: i32,
+    extra: &[&str],
+    ready: impl FnOnce(&Path, &Path),
+) {
     let dir = tempfile::tempdir().unwrap();
     let (out, spill) = (dir.path().join("out"), dir.path().join("spill"));
     let before = earlier_output(&out);
-    let (code, stderr) = interrupt_at(point, signal, &out, &spill, || ready(&out, &spill));
+    let (code, stderr) = interrupt_at(point, signal, (&out, &spill), extra, || ready(&out, &spill));
     assert_eq!(code, Some(status), "stderr: {stderr}");
     assert_eq!(
         stderr.trim_end(),
@@ -193,6 +205,21 @@ fn sigint_while_writing_the_output_during_the_input() {
 #[test]
 fn sigint_while_writing_the_output() {
     check_interrupted("output", "INT", 130, |_, _| {});
+}
+
+/// Ctrl-C while sorted partitions are written: the sort runs under the spill directory go
+/// with the temporary output files.
+#[test]
+fn sigint_while_writing_sorted_partitions() {
+    let extra = ["--sort-by", "l_partkey", "--max-rows-per-file", "3000"];
+    check_interrupted_with("output", "INT", 130, &extra, |out, spill| {
+        assert_temporary_files(out, "output");
+        let runs = listing(spill);
+        assert!(
+            runs.iter().any(|n| n.starts_with("arrow-shards-sort-")),
+            "no sort run directory: {runs:?}"
+        );
+    });
 }
 
 /// `.part-*.tmp` files a killed run left are removed by the next run; other files stay.
