@@ -167,6 +167,7 @@ impl Job {
                 .map(|cap| (cap / self.threads as usize).max(1)),
             spill_root: args.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
             batch_rows: args.batch_rows as usize,
+            max_fan_in: crate::sorter::MAX_FAN_IN,
         });
         let sink = Sink {
             sort: sort.as_ref(),

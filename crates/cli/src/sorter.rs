@@ -10,6 +10,8 @@
 //! when the thread ends). [`Sorter::finish`] hands the partition back sorted, in batches of
 //! `--batch-rows` rows: straight from memory if it never passed the budget (no run was
 //! written), else as a k-way merge of its runs ([`Merge`]), which holds one chunk per run.
+//! More than [`MAX_FAN_IN`] runs are first merged in consecutive groups of that many into
+//! longer runs, pass after pass, so that a merge never holds more chunks and open files.
 //!
 //! Memory: the batches taken from the buffer were charged to the pool there and are charged to
 //! it here instead, through the writers' reservation ([`WriterMemory::charge`]), and while
@@ -46,6 +48,11 @@ use crate::writer_memory::WriterMemory;
 /// Rows per batch of a run file: what the merge holds of each run.
 pub(crate) const RUN_CHUNK_ROWS: usize = 1024;
 
+/// The most runs merged at once: more are first merged in groups of this many into longer
+/// runs (as many passes as it takes), so a merge holds at most this many chunks and open files
+/// (128 chunks of 1,024 lineitem rows: ~40 MB).
+pub(crate) const MAX_FAN_IN: usize = 128;
+
 /// Where and how runs are kept, shared by the output threads.
 #[derive(Debug, Clone)]
 pub(crate) struct SortSettings {
@@ -57,6 +64,8 @@ pub(crate) struct SortSettings {
     pub(crate) spill_root: PathBuf,
     /// Rows per sorted batch handed back.
     pub(crate) batch_rows: usize,
+    /// The most runs merged at once ([`MAX_FAN_IN`]).
+    pub(crate) max_fan_in: usize,
 }
 
 /// One output thread's sorting: its key, its run directory (made at its first run) and its
@@ -67,7 +76,9 @@ pub(crate) struct Sorter<'a> {
     memory: &'a WriterMemory,
     reservation: MemoryReservation,
     dir: Option<tempfile::TempDir>,
-    /// Runs written so far, by all partitions of this thread.
+    /// Files made in `dir` so far (runs and merged runs), for their names.
+    files: u64,
+    /// Sorted runs written so far, by all partitions of this thread (merged runs not counted).
     pub(crate) runs_written: u64,
 }
 
@@ -92,6 +103,7 @@ impl<'a> Sorter<'a> {
             memory,
             reservation: memory.reservation(),
             dir: None,
+            files: 0,
             runs_written: 0,
         })
     }
@@ -142,6 +154,26 @@ impl<'a> Sorter<'a> {
         if !sort.pending.is_empty() {
             self.write_run(&mut sort)?;
         }
+        let fan_in = self.settings.max_fan_in.max(2);
+        while sort.runs.len() > fan_in {
+            // consecutive groups, each merged into a run in its place: equal keys keep their
+            // order
+            let mut merged = Vec::with_capacity(sort.runs.len().div_ceil(fan_in));
+            for group in sort.runs.chunks(fan_in) {
+                let path = self.next_run_path()?;
+                let merge = Merge::open(&self.key, group, RUN_CHUNK_ROWS)?;
+                let held = merge.held();
+                let before = self.reservation.size();
+                self.memory
+                    .charge(&mut self.reservation, before, before + held);
+                let written = write_run_file(&path, &sort.schema, merge);
+                self.memory
+                    .charge(&mut self.reservation, before + held, before);
+                written?;
+                merged.push(path);
+            }
+            sort.runs = merged;
+        }
         let merge = Merge::open(&self.key, &sort.runs, self.settings.batch_rows)?;
         // charged until `release`, as at the start: one chunk per run, with its keys
         let held = self.reservation.size();
@@ -160,6 +192,26 @@ impl<'a> Sorter<'a> {
     fn write_run(&mut self, sort: &mut PartitionSort) -> Result<(), CliError> {
         let pending = std::mem::take(&mut sort.pending);
         let order = self.order(&pending)?;
+        let path = self.next_run_path()?;
+        let refs: Vec<&RecordBatch> = pending.iter().collect();
+        let chunks = order
+            .chunks(RUN_CHUNK_ROWS)
+            .map(|chunk| interleave_record_batch(&refs, chunk).map_err(sort_error));
+        write_run_file(&path, &sort.schema, chunks)?;
+        drop(refs);
+        self.runs_written += 1;
+        sort.runs.push(path);
+        let positions = order.len() * size_of::<(usize, usize)>();
+        drop((pending, order));
+        self.charge(sort, 0);
+        let held = self.reservation.size();
+        self.memory
+            .charge(&mut self.reservation, held, held.saturating_sub(positions));
+        Ok(())
+    }
+
+    /// The path of a new run file in this thread's run directory (made the first time).
+    fn next_run_path(&mut self) -> Result<PathBuf, CliError> {
         let dir = match &self.dir {
             Some(dir) => dir.path().to_owned(),
             None => {
@@ -176,17 +228,8 @@ impl<'a> Sorter<'a> {
                 path
             }
         };
-        let path = dir.join(format!("run-{:06}.arrows", self.runs_written));
-        write_run_file(&path, &sort.schema, &pending, &order)?;
-        self.runs_written += 1;
-        sort.runs.push(path);
-        let positions = order.len() * size_of::<(usize, usize)>();
-        drop((pending, order));
-        self.charge(sort, 0);
-        let held = self.reservation.size();
-        self.memory
-            .charge(&mut self.reservation, held, held.saturating_sub(positions));
-        Ok(())
+        self.files += 1;
+        Ok(dir.join(format!("run-{:06}.arrows", self.files - 1)))
     }
 
     /// The positions `(batch, row)` of `batches`' rows in key order (stable). The keys'
@@ -240,6 +283,14 @@ pub(crate) enum Sorted {
     Merge(Box<Merge>),
 }
 
+impl Iterator for Merge {
+    type Item = Result<RecordBatch, CliError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_batch().transpose()
+    }
+}
+
 impl Iterator for Sorted {
     type Item = Result<RecordBatch, CliError>;
 
@@ -260,17 +311,16 @@ impl Iterator for Sorted {
                 *next = end;
                 Some(batch)
             }
-            Sorted::Merge(merge) => merge.next_batch().transpose(),
+            Sorted::Merge(merge) => merge.next(),
         }
     }
 }
 
-/// Writes `batches`' rows in `order` to a run file of [`RUN_CHUNK_ROWS`]-row batches.
+/// Writes `chunks` (sorted, of [`RUN_CHUNK_ROWS`] rows or fewer) to a run file at `path`.
 fn write_run_file(
     path: &Path,
     schema: &SchemaRef,
-    batches: &[RecordBatch],
-    order: &[(usize, usize)],
+    chunks: impl IntoIterator<Item = Result<RecordBatch, CliError>>,
 ) -> Result<(), CliError> {
     let fail = |e: ArrowError| run_error(path, e);
     let file = File::create(path).map_err(|e| run_error(path, e))?;
@@ -280,10 +330,8 @@ fn write_run_file(
         IpcWriteOptions::default(),
     )
     .map_err(fail)?;
-    let refs: Vec<&RecordBatch> = batches.iter().collect();
-    for chunk in order.chunks(RUN_CHUNK_ROWS) {
-        let batch = interleave_record_batch(&refs, chunk).map_err(fail)?;
-        writer.write(&batch).map_err(fail)?;
+    for chunk in chunks {
+        writer.write(&chunk?).map_err(fail)?;
     }
     writer.finish().map_err(fail)?;
     Ok(())
@@ -461,32 +509,42 @@ fn sort_error(e: ArrowError) -> CliError {
 mod tests {
     use std::sync::Arc;
 
-    use arrow_array::{Array, Int64Array};
+    use arrow_array::Int64Array;
     use arrow_shards_memory::{BoundedPool, MemoryPool};
 
     use super::*;
     use crate::sort_key::parse_sort_column;
 
+    /// 20 batches of 100 rows: `k` a fixed pseudo-random sequence with repeats, `seq` the
+    /// row's place in the input.
     fn batches() -> Vec<RecordBatch> {
-        // a fixed pseudo-random sequence with repeats
         let mut x: u64 = 7;
         (0..20)
-            .map(|_| {
+            .map(|b| {
                 let values = Int64Array::from_iter_values((0..100).map(|_| {
                     x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
                     (x >> 33) as i64 % 500
                 }));
-                RecordBatch::try_from_iter([("k", Arc::new(values) as _)]).unwrap()
+                let seq = Int64Array::from_iter_values(b * 100..(b + 1) * 100);
+                RecordBatch::try_from_iter([
+                    ("k", Arc::new(values) as _),
+                    ("seq", Arc::new(seq) as _),
+                ])
+                .unwrap()
             })
             .collect()
     }
 
-    fn sorted_values(sorted: Sorted) -> Vec<i64> {
-        sorted
+    /// `(k, seq)` of every row.
+    fn pairs(batches: impl IntoIterator<Item = RecordBatch>) -> Vec<(i64, i64)> {
+        batches
+            .into_iter()
             .flat_map(|b| {
-                let b = b.unwrap();
-                let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                k.values().to_vec()
+                let column = |i: usize| {
+                    let a = b.column(i).as_any().downcast_ref::<Int64Array>().unwrap();
+                    a.values().to_vec()
+                };
+                column(0).into_iter().zip(column(1)).collect::<Vec<_>>()
             })
             .collect()
     }
@@ -502,6 +560,7 @@ mod tests {
                 run_budget: budget,
                 spill_root: spill.path().to_owned(),
                 batch_rows: 300,
+                max_fan_in: 3,
             };
             let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(1 << 30));
             let memory = WriterMemory::new(&pool, 1 << 20);
@@ -513,19 +572,15 @@ mod tests {
             if budget.is_none() {
                 assert!(pool.reserved() > 0, "pending batches are charged");
             }
-            let got = sorted_values(sorter.finish(sort).unwrap());
-            let mut expected: Vec<i64> = input
-                .iter()
-                .flat_map(|b| {
-                    let k = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                    k.values().to_vec()
-                })
-                .collect();
+            let got = pairs(sorter.finish(sort).unwrap().map(Result::unwrap));
+            // equal keys in input order: sorted by (k, seq)
+            let mut expected = pairs(input.iter().cloned());
             expected.sort_unstable();
             assert_eq!(got, expected, "budget {budget:?}");
             let runs = sorter.runs_written;
             match budget {
                 None => assert_eq!(runs, 0),
+                // 20 runs merged 3 at a time: several passes
                 Some(1) => assert_eq!(runs, 20, "one run per batch"),
                 Some(_) => assert!((2..20).contains(&runs), "{runs}"),
             }
@@ -549,6 +604,7 @@ mod tests {
             run_budget: Some(1),
             spill_root: std::env::temp_dir(),
             batch_rows: 300,
+            max_fan_in: MAX_FAN_IN,
         };
         let pool: Arc<dyn MemoryPool> = Arc::new(BoundedPool::new(1 << 30));
         let memory = WriterMemory::new(&pool, 1 << 20);
