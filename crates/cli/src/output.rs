@@ -18,7 +18,7 @@
 //! are left alone.
 //!
 //! How each file is encoded is [`crate::part_writer`]'s; how a partition is split into files
-//! [`crate::part_files`]'.
+//! is up to its user, [`crate::part_files`].
 //!
 //! # Locking
 //! One mutex, over the list of files started; held only to push to or read the list, never
@@ -33,8 +33,7 @@ use arrow_schema::SchemaRef;
 
 use crate::error::CliError;
 use crate::file_names::{FileNames, is_hive_file_name, is_temp_name, parse_flat_name};
-use crate::part_files::PartitionFiles;
-use crate::part_writer::{OutputOptions, PartitionWriter};
+use crate::part_writer::{FileCaps, OutputOptions, PartitionWriter};
 
 /// One file started by this run.
 #[derive(Debug, Clone)]
@@ -80,9 +79,9 @@ impl OutputDir {
         self.dir.join(self.names.temp_name(p, index))
     }
 
-    /// The writer of partition `p`'s files, which opens its first when it gets its first row.
-    pub(crate) fn partition(&self, p: u32, schema: &SchemaRef) -> PartitionFiles<'_> {
-        PartitionFiles::new(self, p, SchemaRef::clone(schema), self.options.caps)
+    /// The caps per file.
+    pub(crate) fn caps(&self) -> FileCaps {
+        self.options.caps
     }
 
     /// A writer of file `index` of partition `p`, under its temporary name (listed first,

@@ -10,12 +10,12 @@
 //! What each cap guarantees:
 //! - **rows** (exact): every file holds at most `--max-rows-per-file` rows; with this cap
 //!   alone, every file but the partition's last exactly that many.
-//! - **bytes** (approximate): batches are appended in pieces of at most [`BYTES_CHECK_ROWS`]
+//! - **bytes** (approximate): batches are appended in pieces of at most [`BYTES_CHECK_ROWS`](crate::part_writer::BYTES_CHECK_ROWS)
 //!   rows, and after each piece the file's size ([`PartitionWriter::size`]: for parquet the
 //!   bytes written plus the writer's estimate of its open row group, for Arrow IPC the bytes
 //!   written) is checked: the file is completed as soon as it has reached the cap. A file
 //!   therefore passes the cap by at most the encoding of its last piece (at most
-//!   [`BYTES_CHECK_ROWS`] rows) plus its footer, and, for parquet, by what the estimate of
+//!   [`BYTES_CHECK_ROWS`](crate::part_writer::BYTES_CHECK_ROWS) rows) plus its footer, and, for parquet, by what the estimate of
 //!   the open row group missed (it counts pages not yet compressed at their uncompressed
 //!   size, so compressed files tend to end below the cap). With this cap alone, every file
 //!   but a partition's last has reached the cap, by that measure, when it is completed.
@@ -27,44 +27,7 @@ use arrow_schema::SchemaRef;
 
 use crate::error::CliError;
 use crate::output::OutputDir;
-use crate::part_writer::PartitionWriter;
-
-/// Rows appended between two checks of a file's size against `--max-bytes-per-file`.
-pub(crate) const BYTES_CHECK_ROWS: usize = 1024;
-
-/// The most rows and bytes per output file; `None` is no limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct FileCaps {
-    /// `--max-rows-per-file` (at least 1).
-    pub(crate) rows: Option<u64>,
-    /// `--max-bytes-per-file` (at least 1).
-    pub(crate) bytes: Option<u64>,
-}
-
-impl FileCaps {
-    /// Whether a partition may span several files.
-    pub(crate) fn any(&self) -> bool {
-        self.rows.is_some() || self.bytes.is_some()
-    }
-
-    /// Rows that may go into `writer` before the next check: up to the rows cap, and at most
-    /// [`BYTES_CHECK_ROWS`] under a bytes cap.
-    fn room(&self, writer: &PartitionWriter) -> usize {
-        let rows = self.rows.map_or(usize::MAX, |cap| {
-            usize::try_from(cap.saturating_sub(writer.rows())).unwrap_or(usize::MAX)
-        });
-        match self.bytes {
-            Some(_) => rows.min(BYTES_CHECK_ROWS),
-            None => rows,
-        }
-    }
-
-    /// Whether `writer`'s file is full.
-    fn full(&self, writer: &PartitionWriter) -> bool {
-        self.rows.is_some_and(|cap| writer.rows() >= cap)
-            || self.bytes.is_some_and(|cap| writer.size() >= cap)
-    }
-}
+use crate::part_writer::{FileCaps, PartitionWriter};
 
 /// Writes one partition's files: create, `write` batches, `finish`.
 pub(crate) struct PartitionFiles<'a> {
@@ -79,18 +42,13 @@ pub(crate) struct PartitionFiles<'a> {
 }
 
 impl<'a> PartitionFiles<'a> {
-    /// The files of `partition` in `dir`, none open yet.
-    pub(crate) fn new(
-        dir: &'a OutputDir,
-        partition: u32,
-        schema: SchemaRef,
-        caps: FileCaps,
-    ) -> Self {
+    /// The files of `partition` in `dir`, none open yet; the first is opened at the first row.
+    pub(crate) fn new(dir: &'a OutputDir, partition: u32, schema: &SchemaRef) -> Self {
         PartitionFiles {
             dir,
             partition,
-            schema,
-            caps,
+            schema: SchemaRef::clone(schema),
+            caps: dir.caps(),
             open: None,
             next: 0,
         }

@@ -26,7 +26,44 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use crate::args::{FormatArg, LayoutArg, OutputCompression, ShuffleArgs, StatisticsArg};
 use crate::error::CliError;
 use crate::file_names::FileNames;
-use crate::part_files::FileCaps;
+
+/// Rows appended between two checks of a file's size against `--max-bytes-per-file`
+/// ([`crate::part_files`] says what the caps guarantee).
+pub(crate) const BYTES_CHECK_ROWS: usize = 1024;
+
+/// The most rows and bytes per output file; `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FileCaps {
+    /// `--max-rows-per-file` (at least 1).
+    pub(crate) rows: Option<u64>,
+    /// `--max-bytes-per-file` (at least 1).
+    pub(crate) bytes: Option<u64>,
+}
+
+impl FileCaps {
+    /// Whether a partition may span several files.
+    pub(crate) fn any(&self) -> bool {
+        self.rows.is_some() || self.bytes.is_some()
+    }
+
+    /// Rows that may go into `writer` before the next check: up to the rows cap, and at most
+    /// [`BYTES_CHECK_ROWS`] under a bytes cap.
+    pub(crate) fn room(&self, writer: &PartitionWriter) -> usize {
+        let rows = self.rows.map_or(usize::MAX, |cap| {
+            usize::try_from(cap.saturating_sub(writer.rows())).unwrap_or(usize::MAX)
+        });
+        match self.bytes {
+            Some(_) => rows.min(BYTES_CHECK_ROWS),
+            None => rows,
+        }
+    }
+
+    /// Whether `writer`'s file is full.
+    pub(crate) fn full(&self, writer: &PartitionWriter) -> bool {
+        self.rows.is_some_and(|cap| writer.rows() >= cap)
+            || self.bytes.is_some_and(|cap| writer.size() >= cap)
+    }
+}
 
 /// How every output file is written.
 #[derive(Debug, Clone)]

@@ -308,7 +308,11 @@ impl<'b> Drain<'_, 'b> {
         let t = Instant::now();
         let writer = match &mut part.writer {
             Some(writer) => writer,
-            none => none.insert(output.partition(part.partition, self.sink.schema)),
+            none => none.insert(PartitionFiles::new(
+                output,
+                part.partition,
+                self.sink.schema,
+            )),
         };
         writer.write(batch)?;
         self.recharge(part);
@@ -347,7 +351,7 @@ impl<'b> Drain<'_, 'b> {
         let t = Instant::now();
         let writer = match part.writer.take() {
             Some(writer) => writer,
-            None => output.partition(part.partition, self.sink.schema),
+            None => PartitionFiles::new(output, part.partition, self.sink.schema),
         };
         writer.finish()?;
         self.sink
@@ -436,8 +440,7 @@ mod tests {
     use crate::args::{CompressionArg, FormatArg, LayoutArg, OutputCompression, StatisticsArg};
     use crate::buffer::{BufferSettings, Spill};
     use crate::interrupt::Interrupt;
-    use crate::part_files::FileCaps;
-    use crate::part_writer::OutputOptions;
+    use crate::part_writer::{FileCaps, OutputOptions};
     use crate::progress::Progress;
 
     /// While the input runs a thread takes no more into a row group below the minimum once
