@@ -215,9 +215,10 @@ pub(crate) fn read_back(
         if !control.go_on()? {
             break;
         }
-        match drain.sorter.is_some() {
-            true => drain.complete_sorted(part)?,
-            false => drain.complete(part)?,
+        if drain.sorter.is_some() {
+            drain.complete_sorted(part)?;
+        } else {
+            drain.complete(part)?;
         }
         control.progress.advance(1);
         if sink.output.is_some() {

@@ -312,6 +312,10 @@ impl Job {
             early_row_group_cuts: out.early_cuts,
             writer_share: read_back.writer_cap,
             verify_s: seconds(out.verify),
+            sort_by: (!args.sort_by.is_empty()).then(|| {
+                let columns: Vec<String> = args.sort_by.iter().map(ToString::to_string).collect();
+                columns.join(",")
+            }),
             sort_s: seconds(out.sort),
             sort_runs: out.sort_runs,
             total_s: 0.0,

@@ -28,6 +28,19 @@ pub(crate) struct SortColumn {
     pub(crate) nulls_first: bool,
 }
 
+impl std::fmt::Display for SortColumn {
+    /// `COL:asc|desc:nulls_first|nulls_last`, every modifier spelled out.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let order = if self.descending { "desc" } else { "asc" };
+        let nulls = if self.nulls_first {
+            "nulls_first"
+        } else {
+            "nulls_last"
+        };
+        write!(f, "{}:{order}:{nulls}", self.name)
+    }
+}
+
 /// Parses one `COL[:MOD...]` of `--sort-by` (clap splits the list at commas).
 pub(crate) fn parse_sort_column(text: &str) -> Result<SortColumn, String> {
     let mut parts = text.split(':');
@@ -137,6 +150,10 @@ mod tests {
 
     #[test]
     fn columns_and_modifiers_are_parsed() {
+        assert_eq!(
+            parse_sort_column("x:desc").unwrap().to_string(),
+            "x:desc:nulls_last"
+        );
         assert_eq!(
             parse_sort_column("a"),
             Ok(SortColumn {

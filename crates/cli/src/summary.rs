@@ -89,6 +89,8 @@ pub(crate) struct Report {
     pub(crate) writer_share: Option<u64>,
     /// Seconds `--verify` spent hashing, summed over threads.
     pub(crate) verify_s: f64,
+    /// The `--sort-by` key as it applies (`COL:asc:nulls_last,...`), or null without one.
+    pub(crate) sort_by: Option<String>,
     /// Seconds `--sort-by` spent ordering partitions (keys encoded, positions sorted, runs
     /// written and merged), summed over threads; 0 without it.
     pub(crate) sort_s: f64,
@@ -163,6 +165,15 @@ impl Report {
                     .unwrap_or_else(|| "none (read and counted)".into()),
             ),
         ];
+        if let Some(key) = &self.sort_by {
+            lines.push((
+                "sorted by",
+                format!(
+                    "{key} ({:.3} s, {} runs on disk)",
+                    self.sort_s, self.sort_runs
+                ),
+            ));
+        }
         if self.verified {
             let keys = self.distinct_keys.unwrap_or_default();
             lines.push((
@@ -257,6 +268,7 @@ mod tests {
             "input_wall_s",
             "early_row_group_cuts",
             "writer_share",
+            "sort_by",
             "sort_s",
             "sort_runs",
             "total_s",

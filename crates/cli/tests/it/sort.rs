@@ -86,6 +86,10 @@ fn each_partition_is_sorted_across_its_files() {
     .success();
     let report = json(&output.get_output().stdout);
     assert_eq!(report["sort_runs"], 0, "no limit: sorted in memory");
+    assert_eq!(
+        report["sort_by"],
+        "l_partkey:desc:nulls_last,l_suppkey:asc:nulls_last"
+    );
     let parts = partitions(dir.path(), 3);
     for (p, batches) in parts.iter().enumerate() {
         assert!(rows(batches) > 14_000);
