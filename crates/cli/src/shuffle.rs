@@ -2,8 +2,9 @@
 //!
 //! [`run`] goes through its steps in order:
 //!
-//! 1. [`Job::prepare`]: open the inputs, check the key, create the output directory (removing
-//!    a killed run's leftovers), build the buffer; nothing is read yet.
+//! 1. [`Job::prepare`]: open the inputs, check the key (and `--hive-key`, `--sort-by`), create
+//!    the output directory (removing a killed run's leftovers), build the buffer; nothing is
+//!    read yet.
 //! 2. [`Job::pipeline`]: two sets of `--threads` threads at once. The input threads
 //!    ([`crate::shuffle_in`]) each claim input units (parquet row groups, Arrow IPC files),
 //!    decode them, compute each row's partition and scatter the batch into the buffer; the
@@ -103,7 +104,8 @@ struct ReadBack {
 }
 
 impl Job {
-    /// Step 1: inputs opened, key checked, output directory and buffer made.
+    /// Step 1: inputs opened, key, hive key and sort key checked, output directory and buffer
+    /// made.
     fn prepare(
         args: &ShuffleArgs,
         options: OutputOptions,
@@ -119,6 +121,11 @@ impl Job {
                 key: args.hive_key.clone(),
             });
         }
+        let sort_key = if args.sort_by.is_empty() {
+            None
+        } else {
+            Some(Arc::new(SortKey::new(&inputs.schema, &args.sort_by)?))
+        };
         let output = match &args.output {
             Some(dir) => Some(OutputDir::create(dir, options)?),
             None => None,
@@ -126,11 +133,6 @@ impl Job {
         let threads = args.threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
         });
-        let sort_key = if args.sort_by.is_empty() {
-            None
-        } else {
-            Some(Arc::new(SortKey::new(&inputs.schema, &args.sort_by)?))
-        };
         let buffer = Buffer::new(
             inputs.schema.clone(),
             args.partitions,

@@ -179,10 +179,13 @@ fn nulls_go_last_unless_asked_first() {
 
 #[test]
 fn bad_sort_columns_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
     let assert = shuffle(
         &[lineitem()],
-        "--key l_orderkey --partitions 2 --sort-by l_partkey,nope",
+        "--key l_orderkey --partitions 2 --sort-by l_partkey,nope --output",
     )
+    .arg(&out)
     .assert()
     .code(1);
     let err = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
@@ -190,6 +193,7 @@ fn bad_sort_columns_are_named() {
         err.contains("unknown --sort-by column \"nope\"; the input has columns: l_orderkey"),
         "{err}"
     );
+    assert!(!out.exists(), "checked before the output directory is made");
     for (flag, message) in [
         ("l_partkey:up", "unknown sort modifier \"up\""),
         (":desc", "names no column"),
