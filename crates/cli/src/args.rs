@@ -158,21 +158,23 @@ pub(crate) struct ShuffleArgs {
     pub(crate) layout: LayoutArg,
 
     /// The key of --layout hive's directories (DIR/KEY=P/); it must not be a column of the
-    /// input, which would then hold it twice when read back. Default: partition.
+    /// input, which would then hold it twice when read back.
     #[arg(long, value_name = "KEY", default_value = "partition", value_parser = parse_hive_key)]
     pub(crate) hive_key: String,
 
-    /// Most rows per output file: a partition with more gets several files, each full but its
-    /// last (named part-00000-0000.parquet, part-00000-0001.parquet ...; with --layout hive
+    /// Most rows per output file: a partition with more gets several files, each of N rows
+    /// but its last unless --max-bytes-per-file completes it first (named part-00000-0000.parquet, part-00000-0001.parquet ...; with --layout hive
     /// part-0000.parquet, part-0001.parquet ... in its directory). Default: no limit.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_rows_per_file: Option<u64>,
 
     /// Approximate most bytes per output file, e.g. 128MiB: a file is completed, and the
     /// partition goes on in a new one, once its size reaches SIZE, checked after every 1,024
-    /// rows or fewer appended (parquet: the bytes written plus the parquet writer's estimate of the open row group,
-    /// which compression usually makes an overestimate; Arrow IPC: the bytes written). A file
-    /// may so pass SIZE by the encoding of up to 1,024 rows and its footer. Default: no limit.
+    /// rows or fewer appended (Arrow IPC: the bytes written; parquet: the bytes written plus
+    /// the parquet writer's estimate of the open row group, so compressed files often end
+    /// below SIZE and uncompressed ones above it). A file may pass SIZE by the encoding of up
+    /// to 1,024 rows, its footer and, for parquet, what the estimate missed (docs/cli.md).
+    /// Default: no limit.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(crate) max_bytes_per_file: Option<u64>,
 
