@@ -520,7 +520,7 @@ impl PyShardBuffer {
         self.batch_reader(py, Box::new(reader))
     }
 
-    /// subscribe(partition)
+    /// subscribe(partition, *, min_rows=0)
     /// --
     ///
     /// `partition` as a `pyarrow.RecordBatchReader` that yields its batches while producers
@@ -531,12 +531,25 @@ impl PyShardBuffer {
     /// every row is handed over. Each producer's rows come in write order. Closing the buffer
     /// ends a waiting reader with `ClosedError`; dropping the reader before its end discards
     /// the partition's rows, those written afterwards too (counted in `metrics()`'s
-    /// `rows_discarded`).
-    fn subscribe<'py>(&self, py: Python<'py>, partition: i64) -> PyResult<Bound<'py, PyAny>> {
+    /// `rows_discarded`). With `min_rows` above 0, the partition's open batch is also handed
+    /// over once it holds that many rows (for partitions that reach the compaction target late
+    /// or never, e.g. 1,024 of them); 0 (the default) waits for complete batches.
+    #[pyo3(signature = (partition, *, min_rows = 0))]
+    fn subscribe<'py>(
+        &self,
+        py: Python<'py>,
+        partition: i64,
+        min_rows: i64,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let partition = self.partition(py, partition)?;
+        let min_rows = usize::try_from(min_rows).map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "min_rows must be 0 or more, got {min_rows}"
+            ))
+        })?;
         let buffer = self.buffer();
         let reader = py
-            .detach(|| buffer.subscribe_blocking(partition))
+            .detach(|| buffer.subscribe_blocking_with_min_rows(partition, min_rows))
             .map_err(|e| error_to_py(py, e))?;
         self.batch_reader(py, Box::new(reader))
     }

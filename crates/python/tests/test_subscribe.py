@@ -29,9 +29,12 @@ def test_subscriptions_stream_every_row_once_while_producers_write(spill_root: P
                 got[p].extend(keys(batch))
 
         threads = [threading.Thread(target=consume, args=(p,)) for p in range(partitions)]
-        for t in threads:
-            t.start()
         for i in range(60):
+            if i == 30:
+                # Consumers start halfway: the first half (~6 MB) cannot stay in 1 MiB and is
+                # spilled, so the readers take segments as well as batches from memory.
+                for t in threads:
+                    t.start()
             batch = int_batch(i * 4096, 4096, payload=40)
             buffer.write_partitioned(batch, pa.array([k % partitions for k in range(i * 4096, (i + 1) * 4096)], pa.uint32()))
         buffer.finish()
@@ -60,6 +63,21 @@ def test_a_subscription_hands_over_complete_batches_before_the_seal() -> None:
             buffer.read(0)
         with pytest.raises(arrow_shards.AlreadyReadError):
             buffer.subscribe(0)
+
+
+def test_a_minimum_hands_over_the_open_batch_once_it_holds_that_many_rows() -> None:
+    with arrow_shards.ShardBuffer(SCHEMA, 1) as buffer:
+        reader = buffer.subscribe(0, min_rows=100)
+        for first in range(0, 120, 40):  # copied into the open batch: under the target
+            buffer.write(0, int_batch(first, 40, payload=3))
+        assert keys(reader.read_next_batch()) == list(range(120))
+        buffer.write(0, int_batch(120, 10, payload=3))
+        buffer.seal(0)
+        assert keys(reader.read_all()) == list(range(120, 130))
+    with arrow_shards.ShardBuffer(SCHEMA, 1) as buffer:
+        with pytest.raises(ValueError, match="min_rows must be 0 or more, got -1"):
+            buffer.subscribe(0, min_rows=-1)
+        buffer.subscribe(0)  # the refusal claimed nothing
 
 
 def test_dropping_a_subscription_discards_its_partition() -> None:

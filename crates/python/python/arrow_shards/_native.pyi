@@ -155,8 +155,9 @@ class ShardBuffer:
         """The whole of ``partition``, exactly once."""
     def read_batches(self, partition: int) -> pyarrow.RecordBatchReader:
         """``partition`` as a streaming reader, exactly once."""
-    def subscribe(self, partition: int) -> pyarrow.RecordBatchReader:
-        """``partition``'s batches while producers still write it, exactly once."""
+    def subscribe(self, partition: int, *, min_rows: int = 0) -> pyarrow.RecordBatchReader:
+        """``partition``'s batches while producers still write it, exactly once; with
+        ``min_rows``, the open batch too once it holds that many rows."""
     def metrics(self) -> Metrics:
         """A snapshot of the buffer's counters."""
     def partition_sizes(self) -> list[PartitionSize]:
