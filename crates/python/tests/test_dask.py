@@ -26,6 +26,7 @@ from dask_helpers import (  # noqa: E402
     local_directories,
     rich_frame,
     no_active_runs,
+    output_partitions,
     sorted_rows,
     spill_dirs_under,
     wait_for,
@@ -96,19 +97,6 @@ def test_results_equal_dasks_own_p2p(client, plugin, operation):
         expected, got = expected.reset_index(), got.reset_index()
     pd.testing.assert_frame_equal(sorted_rows(got, key), sorted_rows(expected, key))
     assert list(got.dtypes) == list(expected.dtypes)
-
-
-def output_partitions(client, collection) -> list[pd.DataFrame]:
-    """Every output partition of ``collection``, in order (persisted, then gathered; a
-    ``map_partitions`` over a ``set_index`` deadlocks an in-process cluster on Python 3.11)."""
-    from distributed import futures_of
-
-    persisted = collection.persist()
-    futures = sorted(futures_of(persisted), key=lambda f: f.key[1])  # keys (name, i)
-    assert [f.key[1] for f in futures] == list(range(persisted.npartitions))
-    parts = client.gather(futures)
-    del persisted, futures
-    return parts
 
 
 @pytest.mark.parametrize("budget", ["64MiB", "64KiB"])
