@@ -11,9 +11,9 @@ run by run (the machine is shared): Dask's own P2P (its disk buffer), arrow-shar
 budget where everything fits, and arrow-shards with one that spills about half. Wall time and
 peak worker RSS (sampled every 50 ms from this process, the max over both workers, and above
 the worker's RSS before the run). Prints every run, then the medians. ``--meta`` adds a fourth
-case: the "fits" budget with ``output_dtypes="meta"`` (lineitem's date and decimal columns come
-back as their Arrow dtypes instead of Python objects; not Dask's dtypes, so not comparable
-row for row, see docs/dask.md).
+case: the "fits" budget with ``output_dtypes="meta"`` (lineitem's decimal columns come back as
+their Arrow dtype instead of Python ``Decimal`` objects; its dates are Arrow in both; not
+Dask's dtypes, so not comparable row for row, see docs/dask.md).
 """
 
 from __future__ import annotations
