@@ -271,7 +271,17 @@ def test_a_full_disk_fails_the_shuffle_with_dasks_out_of_disk_error(client, plug
     # tasks: a graph holding that much data draws Dask's large-graph warning)
     ddf = dd.from_map(_frame_part, range(12))
     plugin(memory_limit="1MiB", spill_dir=full)
-    with pytest.raises(P2POutOfDiskError) as info:
+    # P2POutOfDiskError is an OSError, which Dask's send retries (10 times, 1 s to 30 s apart:
+    # up to ~2.5 min), and a failed run raises it again to every resent shard, so a send in
+    # flight when the disk filled keeps its run open that long: the suite once timed out below
+    # waiting for the runs to close while one send was at its 7th attempt (load ~10). Dask's
+    # own P2P does the same; the test keeps the retries short (runs read these at creation)
+    retries = {
+        "distributed.p2p.comm.retry.count": 2,
+        "distributed.p2p.comm.retry.delay.min": "10ms",
+        "distributed.p2p.comm.retry.delay.max": "50ms",
+    }
+    with dask.config.set(retries), pytest.raises(P2POutOfDiskError) as info:
         ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
     error = info.value
     assert "P2P ran out of available disk space" in str(error)  # Dask's own fixed text
