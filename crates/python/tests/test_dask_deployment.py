@@ -238,8 +238,9 @@ def test_a_worker_process_killed_mid_shuffle_gives_the_right_result_and_no_spill
     victim_pid = client.run(os.getpid, workers=[victim])[victim]
     persisted = shuffled.persist()
     try:
-        # mid-shuffle: the victim has an arrow-shards run that has spilled received shards
-        # (a 1 MiB budget; ~2.3 MiB of Arrow data for it before the gate), and the gated input is not done yet
+        # mid-shuffle: the victim has an arrow-shards run that has spilled received shards (a
+        # 1 MiB budget; ~2.3 MiB of Arrow data for it before the gate), and the gated input is
+        # not done yet
         wait_for(
             lambda: client.run(_arrow_shards_runs, workers=[victim])[victim],
             "an arrow-shards run on the victim",
