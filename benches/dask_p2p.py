@@ -1,19 +1,19 @@
 """Dask's own P2P shuffle against ``arrow_shards.dask``, side by side in one cluster.
 
     .venv/bin/python benches/dask_p2p.py LINEITEM.parquet [--runs 3] [--partitions 64 1024]
-        [--row-groups N] [--fits 1536MiB] [--spills 350MiB] [--meta]
+        [--row-groups N] [--fits 1536MiB] [--spills 350MiB] [--meta] [--threads 1]
 
-A ``LocalCluster`` of 2 worker processes x 1 thread, 4 GiB each. Each run reads the lineitem
-table with ``dd.read_parquet`` (the first N row groups, default all; Utf8View strings come out
-as pandas strings, so Dask's own P2P can take them), shuffles it on ``l_orderkey`` into each
-partition count and reduces every output partition with ``len``. Three cases, interleaved
-run by run (the machine is shared): Dask's own P2P (its disk buffer), arrow-shards with a
-budget where everything fits, and arrow-shards with one that spills about half. Wall time and
-peak worker RSS (sampled every 50 ms from this process, the max over both workers, and above
-the worker's RSS before the run). Prints every run, then the medians. ``--meta`` adds a fourth
-case: the "fits" budget with ``output_dtypes="meta"`` (lineitem's date and decimal columns come
-back as their Arrow dtypes instead of Python objects; not Dask's dtypes, so not comparable
-row for row, see docs/dask.md).
+A ``LocalCluster`` of 2 worker processes x ``--threads`` threads (default 1), 4 GiB each. Each
+run reads the lineitem table with ``dd.read_parquet`` (the first N row groups, default all;
+Utf8View strings come out as pandas strings, so Dask's own P2P can take them), shuffles it on
+``l_orderkey`` into each partition count and reduces every output partition with ``len``. Three
+cases, interleaved run by run (the machine is shared): Dask's own P2P (its disk buffer),
+arrow-shards with a budget where everything fits, and arrow-shards with one that spills about
+half. Wall time and peak worker RSS (sampled every 50 ms from this process, the max over both
+workers, and above the worker's RSS before the run). Prints every run, then the medians.
+``--meta`` adds a fourth case: the "fits" budget with ``output_dtypes="meta"`` (lineitem's
+decimal columns come back as their Arrow dtype instead of Python ``Decimal`` objects; its dates
+are Arrow in both; not Dask's dtypes, so not comparable row for row, see docs/dask.md).
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--fits", default="1536MiB")
     parser.add_argument("--spills", default="350MiB")
     parser.add_argument("--meta", action="store_true")
+    parser.add_argument("--threads", type=int, default=1, help="threads per worker")
     args = parser.parse_args()
     budgets = {
         "arrow-shards fits": (args.fits, "dask"),
@@ -105,7 +106,7 @@ def main() -> None:
     with (
         dask.config.set({"distributed.scheduler.worker-ttl": None}),
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, memory_limit="4GiB",
+            n_workers=2, threads_per_worker=args.threads, processes=True, memory_limit="4GiB",
             dashboard_address=None,
         ) as cluster,
         Client(cluster) as client,

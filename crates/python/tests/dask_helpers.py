@@ -95,3 +95,16 @@ def no_active_runs(client: Any) -> bool:
         lambda dask_worker: len(dask_worker.plugins["shuffle"].shuffle_runs._runs)
     )
     return not any(active.values())
+
+
+def output_partitions(client, collection) -> list[pd.DataFrame]:
+    """Every output partition of ``collection``, in order (persisted, then gathered; a
+    ``map_partitions`` over a ``set_index`` deadlocks an in-process cluster on Python 3.11)."""
+    from distributed import futures_of
+
+    persisted = collection.persist()
+    futures = sorted(futures_of(persisted), key=lambda f: f.key[1])  # keys (name, i)
+    assert [f.key[1] for f in futures] == list(range(persisted.npartitions))
+    parts = client.gather(futures)
+    del persisted, futures
+    return parts

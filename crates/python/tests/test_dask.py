@@ -26,6 +26,7 @@ from dask_helpers import (  # noqa: E402
     local_directories,
     rich_frame,
     no_active_runs,
+    output_partitions,
     sorted_rows,
     spill_dirs_under,
     wait_for,
@@ -96,19 +97,6 @@ def test_results_equal_dasks_own_p2p(client, plugin, operation):
         expected, got = expected.reset_index(), got.reset_index()
     pd.testing.assert_frame_equal(sorted_rows(got, key), sorted_rows(expected, key))
     assert list(got.dtypes) == list(expected.dtypes)
-
-
-def output_partitions(client, collection) -> list[pd.DataFrame]:
-    """Every output partition of ``collection``, in order (persisted, then gathered; a
-    ``map_partitions`` over a ``set_index`` deadlocks an in-process cluster on Python 3.11)."""
-    from distributed import futures_of
-
-    persisted = collection.persist()
-    futures = sorted(futures_of(persisted), key=lambda f: f.key[1])  # keys (name, i)
-    assert [f.key[1] for f in futures] == list(range(persisted.npartitions))
-    parts = client.gather(futures)
-    del persisted, futures
-    return parts
 
 
 @pytest.mark.parametrize("budget", ["64MiB", "64KiB"])
@@ -283,7 +271,17 @@ def test_a_full_disk_fails_the_shuffle_with_dasks_out_of_disk_error(client, plug
     # tasks: a graph holding that much data draws Dask's large-graph warning)
     ddf = dd.from_map(_frame_part, range(12))
     plugin(memory_limit="1MiB", spill_dir=full)
-    with pytest.raises(P2POutOfDiskError) as info:
+    # P2POutOfDiskError is an OSError, which Dask's send retries (10 times, 1 s to 30 s apart:
+    # up to ~2.5 min), and a failed run raises it again to every resent shard, so a send in
+    # flight when the disk filled keeps its run open that long: the suite once timed out below
+    # waiting for the runs to close while one send was at its 7th attempt (load ~10). Dask's
+    # own P2P does the same; the test keeps the retries short (runs read these at creation)
+    retries = {
+        "distributed.p2p.comm.retry.count": 2,
+        "distributed.p2p.comm.retry.delay.min": "10ms",
+        "distributed.p2p.comm.retry.delay.max": "50ms",
+    }
+    with dask.config.set(retries), pytest.raises(P2POutOfDiskError) as info:
         ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
     error = info.value
     assert "P2P ran out of available disk space" in str(error)  # Dask's own fixed text

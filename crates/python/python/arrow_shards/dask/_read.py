@@ -10,9 +10,11 @@ Dask's (dtypes, categories, index).
 
 With ``arrow_dtypes`` (the opt-in ``output-dtypes: meta``), a column whose meta dtype is an
 Arrow dtype (``pd.ArrowDtype``: ``date32[pyarrow]``, ``decimal128(15, 2)[pyarrow]``, ...) comes
-back as that dtype, the Arrow data wrapped without conversion. Dask's own conversion turns such
-a column into Python objects (``datetime.date``, ``Decimal``: one object per value) and then
-reconciles it with meta to ``object``, so its result's dtype differs from its own meta.
+back as that dtype, the Arrow data wrapped without conversion. Dask's own conversion turns a
+``decimal128`` column into Python ``Decimal`` objects (one per value) and then reconciles it
+with meta to ``object``, so its result's dtype differs from its own meta (with distributed
+2026.8 and pandas 3 a ``date32`` column comes back as ``date32[pyarrow]`` already, restored by
+the pandas metadata; docs/dask.md, "Output dtypes").
 """
 
 from __future__ import annotations
