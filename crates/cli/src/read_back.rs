@@ -324,16 +324,19 @@ impl<'b> Drain<'_, 'b> {
         Ok(())
     }
 
+    /// `part`'s next batch (after checking for an interrupt), its read time counted.
+    fn next_batch(&mut self, part: &mut Part<'b>) -> Result<Option<RecordBatch>, CliError> {
+        self.control.interrupt.check()?;
+        let t = Instant::now();
+        let next = part.reader.next();
+        self.times.read += t.elapsed();
+        next.transpose().map_err(|e| read_error(part.partition, e))
+    }
+
     /// Takes the rest of `part` (waiting for nothing: the buffer is finished) and completes
     /// its file.
     fn complete(&mut self, mut part: Part<'b>) -> Result<(), CliError> {
-        loop {
-            self.control.interrupt.check()?;
-            let t = Instant::now();
-            let next = part.reader.next();
-            self.times.read += t.elapsed();
-            let Some(batch) = next else { break };
-            let batch = batch.map_err(|e| read_error(part.partition, e))?;
+        while let Some(batch) = self.next_batch(&mut part)? {
             self.write(&mut part, &batch)?;
             if self.sink.memory.over() && part.cuttable(self.sink.memory.min_rows()) {
                 self.cut(&mut part)?;
@@ -370,13 +373,7 @@ impl<'b> Drain<'_, 'b> {
         };
         let result = (|| {
             let mut sort = sorter.partition(self.sink.schema);
-            loop {
-                self.control.interrupt.check()?;
-                let t = Instant::now();
-                let next = part.reader.next();
-                self.times.read += t.elapsed();
-                let Some(batch) = next else { break };
-                let batch = batch.map_err(|e| read_error(part.partition, e))?;
+            while let Some(batch) = self.next_batch(&mut part)? {
                 let t = Instant::now();
                 sorter.push(&mut sort, batch)?;
                 self.times.sort += t.elapsed();
