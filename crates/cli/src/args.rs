@@ -122,6 +122,18 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_enum, value_name = "WHICH", default_value_t = StatisticsArg::Page)]
     pub(crate) statistics: StatisticsArg,
 
+    /// Most bytes of a parquet column chunk's dictionary: a column is dictionary encoded until
+    /// its dictionary reaches SIZE, then the rest of its row group is written plain (so
+    /// columns with few distinct values keep their dictionary, and the others stop building
+    /// one early). `off` writes every column plain.
+    #[arg(long, value_name = "SIZE|off", default_value = "1MiB", value_parser = parse_dictionary_limit)]
+    pub(crate) dictionary_limit: u64,
+
+    /// Target bytes of a parquet data page before compression (a page also ends at 20,000
+    /// rows).
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = parse_size)]
+    pub(crate) data_page_size: u64,
+
     /// Rows per batch, for reading the inputs and for reading partitions back.
     #[arg(long, value_name = "N", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) batch_rows: u32,
@@ -360,6 +372,14 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         return Err("the size must be greater than zero".to_owned());
     }
     Ok(size.as_u64())
+}
+
+/// A `--dictionary-limit`: a size, or `off` (0: no dictionary encoding).
+pub(crate) fn parse_dictionary_limit(text: &str) -> Result<u64, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(0);
+    }
+    parse_size(text).map_err(|e| format!("{e}, or off"))
 }
 
 /// Checks a `--hive-key`: a directory name's key, so not empty, without `/`, `=` or `%`

@@ -6,6 +6,7 @@
 //!              [--spill-compression none|lz4|zstd] [--batch-rows N] [--compact-rows N]
 //!              [--format parquet|arrow|arrow-stream] [--compression snappy|zstd|lz4|none]
 //!              [--row-group-rows N] [--statistics page|chunk|none]
+//!              [--dictionary-limit SIZE|off] [--data-page-size SIZE]
 //!              [--layout flat|hive] [--hive-key KEY] [--max-rows-per-file N]
 //!              [--max-bytes-per-file SIZE] [--sort-by COL[:desc][:nulls_first][,...]]
 //!              [--threads N] [--json] [--verify] [--quiet]

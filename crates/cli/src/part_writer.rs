@@ -2,8 +2,11 @@
 //! `--row-group-rows`, `--statistics`) turned into a parquet or Arrow IPC writer.
 //!
 //! Parquet is snappy compressed by default, with row groups of at most 1,048,576 rows (the
-//! parquet crate's default) and statistics per page and column chunk. Arrow IPC output is
-//! uncompressed by default and takes lz4 or zstd (its format has no snappy).
+//! parquet crate's default), statistics per page and column chunk, dictionaries of at most
+//! `--dictionary-limit` bytes per column chunk (1 MiB, the parquet crate's default; `off`: all
+//! plain) and data pages of `--data-page-size` bytes (1 MiB, the crate's default): docs/cli.md
+//! has these measured against Polars' writer. Arrow IPC output is uncompressed by default and
+//! takes lz4 or zstd (its format has no snappy).
 //!
 //! In flight per writer: parquet encodes a row group in memory before writing it, so each open
 //! writer holds up to one encoded row group (at most `--row-group-rows` rows, compressed) plus
@@ -76,6 +79,10 @@ pub(crate) struct OutputOptions {
     pub(crate) row_group_rows: usize,
     /// Parquet statistics.
     pub(crate) statistics: StatisticsArg,
+    /// Most bytes of a parquet column chunk's dictionary, 0 for none.
+    pub(crate) dictionary_limit: usize,
+    /// Target bytes of a parquet data page.
+    pub(crate) data_page_size: usize,
     /// Where the files go in the output directory.
     pub(crate) layout: LayoutArg,
     /// The key of `--layout hive`'s directories.
@@ -103,6 +110,8 @@ impl OutputOptions {
             compression,
             row_group_rows: args.row_group_rows as usize,
             statistics: args.statistics,
+            dictionary_limit: usize::try_from(args.dictionary_limit).unwrap_or(usize::MAX),
+            data_page_size: usize::try_from(args.data_page_size).unwrap_or(usize::MAX),
             layout: args.layout,
             hive_key: args.hive_key.clone(),
             caps: FileCaps {
@@ -134,6 +143,9 @@ impl OutputOptions {
             .set_compression(compression)
             .set_max_row_group_row_count(Some(self.row_group_rows.max(1)))
             .set_statistics_enabled(statistics)
+            .set_dictionary_enabled(self.dictionary_limit > 0)
+            .set_dictionary_page_size_limit(self.dictionary_limit.max(1))
+            .set_data_page_size_limit(self.data_page_size.max(1))
             .build()
     }
 

@@ -24,9 +24,11 @@
 //!
 //! Without `--output` the batches are only counted (and checked).
 //!
-//! Test hook: with `ARROW_SHARDS_HOLD_WRITERS=1` in the environment the threads take nothing
-//! while the input runs (writers slower than any input): everything is read after the input,
-//! from memory and spill files, as before #34.
+//! Test and benchmark hook: with `ARROW_SHARDS_HOLD_WRITERS=1` in the environment the threads
+//! take nothing while the input runs (writers slower than any input): everything is read after
+//! the input, from memory and spill files, as before #34. With `ARROW_SHARDS_HOLD_WRITERS=0`
+//! they stream whatever the switch says (to measure it: `benches/pipeline_ab.sh`); unset, or
+//! any other value, leaves it to the switch. `--sort-by` holds them either way.
 //!
 //! # Locking
 //! No locks of its own: each thread has its own subscriptions, writers, check and reservation;
@@ -190,9 +192,11 @@ pub(crate) fn read_back(
     };
     // Past the switch (or held by the test hook, or sorting) nothing is taken while the
     // input runs.
-    let hold = std::env::var(HOLD_VAR).is_ok_and(|v| v == "1")
-        || !sink.memory.streams(buffer.partitions())
-        || sink.sort.is_some();
+    let hold = holds(
+        std::env::var(HOLD_VAR).ok().as_deref(),
+        sink.memory.streams(buffer.partitions()),
+        sink.sort.is_some(),
+    );
     // The streaming phase.
     loop {
         if !control.go_on()? {
@@ -419,6 +423,18 @@ impl<'b> Drain<'_, 'b> {
     }
 }
 
+/// Whether the output threads take nothing while the input runs: with `--sort-by` always;
+/// otherwise as the hook `ARROW_SHARDS_HOLD_WRITERS` (`hook`) says (`1` holds, `0` streams),
+/// else as the switch does (`streams`: [`WriterMemory::streams`]).
+fn holds(hook: Option<&str>, streams: bool, sorting: bool) -> bool {
+    sorting
+        || match hook {
+            Some("1") => true,
+            Some("0") => false,
+            _ => !streams,
+        }
+}
+
 fn read_error(partition: u32, e: arrow_schema::ArrowError) -> CliError {
     CliError::Buffer {
         message: format!("reading partition {partition}: {e}"),
@@ -440,6 +456,16 @@ mod tests {
     use crate::interrupt::Interrupt;
     use crate::part_writer::{FileCaps, OutputOptions};
     use crate::progress::Progress;
+
+    #[test]
+    fn the_hook_overrides_the_switch_but_not_the_sort() {
+        assert!(!holds(None, true, false));
+        assert!(holds(None, false, false), "past the switch");
+        assert!(holds(Some("1"), true, false));
+        assert!(!holds(Some("0"), false, false), "streaming forced");
+        assert!(holds(Some("yes"), false, false), "other values: the switch");
+        assert!(holds(Some("0"), true, true), "sorting always holds");
+    }
 
     /// While the input runs a thread takes no more into a row group below the minimum once
     /// the writers are over their share (the rest stays in the buffer); after the input it
@@ -463,6 +489,8 @@ mod tests {
             compression: OutputCompression::None,
             row_group_rows: 1 << 20,
             statistics: StatisticsArg::Page,
+            dictionary_limit: 1 << 20,
+            data_page_size: 1 << 20,
             layout: LayoutArg::Flat,
             hive_key: "partition".to_owned(),
             caps: FileCaps::default(),

@@ -1,5 +1,6 @@
-//! The output options round-trip: `--compression`, `--row-group-rows` and `--statistics` are
-//! checked in the files' parquet metadata, and the rows read back are the input's.
+//! The output options round-trip: `--compression`, `--row-group-rows`, `--statistics` and
+//! `--dictionary-limit` are checked in the files' parquet metadata, and the rows read back are
+//! the input's.
 
 use std::fs::File;
 use std::path::Path;
@@ -135,4 +136,47 @@ fn arrow_output_takes_lz4_and_zstd_but_not_snappy() {
     .stderr(predicates::str::contains(
         "--compression snappy is for parquet output",
     ));
+}
+
+#[test]
+fn dictionaries_stop_at_the_dictionary_limit_or_are_off() {
+    // Whether each column chunk of partition 0's first row group has a dictionary page.
+    let dictionaries = |flags: &str| -> Vec<(String, bool)> {
+        let dir = shuffled(flags);
+        let meta = metadata(&dir.path().join("part-00000.parquet"));
+        meta.row_group(0)
+            .columns()
+            .iter()
+            .map(|c| {
+                (
+                    c.column_path().string(),
+                    c.dictionary_page_offset().is_some(),
+                )
+            })
+            .collect()
+    };
+    let has =
+        |columns: &[(String, bool)], name: &str| columns.iter().find(|(n, _)| n == name).unwrap().1;
+    let default = dictionaries("");
+    assert!(has(&default, "l_returnflag"), "{default:?}");
+    let off = dictionaries("--dictionary-limit off");
+    assert!(off.iter().all(|(_, dict)| !dict), "{off:?}");
+    // a limit of 1 byte: every column's dictionary is full at its first value, so every
+    // chunk falls back to plain after one (possibly empty) dictionary page: rows still read
+    let dir = shuffled("--dictionary-limit 1 --data-page-size 1KiB");
+    let parts = read_parts(dir.path(), "parquet");
+    let total: usize = parts.values().map(|(_, b)| rows(b)).sum();
+    assert_eq!(total, LINEITEM_ROWS);
+}
+
+#[test]
+fn a_bad_dictionary_limit_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    shuffle(
+        &[lineitem()],
+        "--key l_orderkey --partitions 4 --dictionary-limit lots --output",
+    )
+    .arg(dir.path())
+    .assert()
+    .code(2);
 }

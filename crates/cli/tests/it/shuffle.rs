@@ -371,3 +371,30 @@ fn writers_held_back_until_the_input_ends_spill_and_write_the_same_rows() {
     assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
     assert_same_rows_and_keys_together(&out, 8);
 }
+
+/// Past the switch (16 partitions cannot each hold a minimum row group in the writers' share of
+/// 2 MiB) the writers take nothing before the input's end, and the files hold the same rows,
+/// keys together. (Forced to stream with `ARROW_SHARDS_HOLD_WRITERS=0` this run did not end
+/// within 60 s: the writers hold row groups they may not cut, below the minimum, and the buffer
+/// waits for room; the switch keeps that from happening.)
+#[test]
+fn past_the_switch_writers_wait_for_the_input_and_write_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = shuffle(
+        &[lineitem()],
+        "--key l_orderkey --partitions 16 --threads 2 --memory-limit 2MiB --compact-rows 1024 \
+         --verify --json --output",
+    )
+    .arg(&out)
+    .env_remove("ARROW_SHARDS_HOLD_WRITERS")
+    .assert()
+    .success();
+    let report = json(&run.get_output().stdout);
+    assert_eq!(
+        report["rows_out_during_input"], 0,
+        "past the switch: {report}"
+    );
+    assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
+    assert_same_rows_and_keys_together(&out, 16);
+}
