@@ -158,7 +158,9 @@ impl ShardBuffer {
     ///   finished;
     /// - batches are as large as compaction makes them: a take never cuts an open batch of a
     ///   partition still open, so a consumer keeping up sees whole compacted batches, not each
-    ///   small write;
+    ///   small write (under a memory limit a subscribed partition's open batch is cut at its
+    ///   share of the limit, see
+    ///   [`with_compact_target_bytes`](crate::ShardBufferBuilder::with_compact_target_bytes));
     /// - what is not taken yet stays in the buffer, spillable like any partition's data: a
     ///   consumer that falls behind costs disk, not memory. Producers never wait for readers,
     ///   only for memory. A take of batches being spilled takes them from memory and voids that
