@@ -129,6 +129,14 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_name = "SIZE|off", default_value = "1MiB", value_parser = parse_dictionary_limit)]
     pub(crate) dictionary_limit: u64,
 
+    /// Parquet columns whose values are mostly distinct are written plain: a column is, when
+    /// more than RATIO of the non-null values in a sample of the input (the first batch
+    /// decoded, up to 65,536 rows, at least 1,024 values) are distinct. A dictionary of such a
+    /// column costs time and rarely bytes. 1 keeps dictionaries on every column (up to
+    /// --dictionary-limit).
+    #[arg(long, value_name = "RATIO", default_value_t = crate::plain_columns::DEFAULT_RATIO, value_parser = parse_ratio)]
+    pub(crate) dictionary_distinct_ratio: f64,
+
     /// Target bytes of a parquet data page before compression (a page also ends at 20,000
     /// rows).
     #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = parse_size)]
@@ -372,6 +380,14 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         return Err("the size must be greater than zero".to_owned());
     }
     Ok(size.as_u64())
+}
+
+/// A `--dictionary-distinct-ratio`: a number from 0 to 1.
+pub(crate) fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!("{text:?} is not a ratio from 0 to 1 (e.g. 0.5)")),
+    }
 }
 
 /// A `--dictionary-limit`: a size, or `off` (0: no dictionary encoding).

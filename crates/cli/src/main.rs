@@ -67,6 +67,7 @@ mod output;
 mod part_files;
 mod part_writer;
 mod partition;
+mod plain_columns;
 mod progress;
 mod read_back;
 mod shuffle;

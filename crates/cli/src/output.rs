@@ -17,7 +17,8 @@
 //! directory left empty is removed too), `<ext>` one of parquet, arrow, arrows. Other files
 //! are left alone.
 //!
-//! How each file is encoded is [`crate::part_writer`]'s; how a partition is split into files
+//! How each file is encoded is [`crate::part_writer`]'s (with the columns written plain, chosen
+//! here once from the input's first batch: [`crate::plain_columns`]); how a partition is split into files
 //! is up to its user, [`crate::part_files`].
 //!
 //! # Locking
@@ -29,11 +30,15 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+
+use crate::args::FormatArg;
 
 use crate::error::CliError;
 use crate::file_names::{FileNames, is_hive_file_name, is_temp_name, parse_flat_name};
 use crate::part_writer::{FileCaps, OutputOptions, PartitionWriter};
+use crate::plain_columns::PlainColumns;
 
 /// One file started by this run.
 #[derive(Debug, Clone)]
@@ -51,6 +56,8 @@ pub(crate) struct OutputDir {
     names: FileNames,
     /// Every file started, in the order started.
     started: Mutex<Vec<Started>>,
+    /// Parquet columns written without a dictionary, chosen from the input's first batch.
+    plain: PlainColumns,
     committed: bool,
 }
 
@@ -70,6 +77,7 @@ impl OutputDir {
             options,
             names,
             started: Mutex::new(Vec::new()),
+            plain: PlainColumns::default(),
             committed: false,
         })
     }
@@ -97,7 +105,21 @@ impl OutputDir {
             temp: temp.clone(),
             final_name: self.names.final_name(p, index),
         });
-        self.options.writer(temp, schema)
+        self.options.writer(temp, schema, self.plain.names())
+    }
+
+    /// Chooses the parquet columns to write plain from `batch`, if it is the first input batch
+    /// decoded: to be called before that batch is written to the buffer.
+    pub(crate) fn sample_input(&self, batch: &RecordBatch) {
+        if self.options.format == FormatArg::Parquet {
+            self.plain
+                .sample(batch, self.options.dictionary_distinct_ratio);
+        }
+    }
+
+    /// The parquet columns written plain ([`crate::plain_columns`]).
+    pub(crate) fn plain_columns(&self) -> &[String] {
+        self.plain.names()
     }
 
     /// Removes earlier runs' output files that this run does not replace, then renames every

@@ -4,8 +4,9 @@
 //! Parquet is snappy compressed by default, with row groups of at most 1,048,576 rows (the
 //! parquet crate's default), statistics per page and column chunk, dictionaries of at most
 //! `--dictionary-limit` bytes per column chunk (1 MiB, the parquet crate's default; `off`: all
-//! plain) and data pages of `--data-page-size` bytes (1 MiB, the crate's default): docs/cli.md
-//! has these measured against Polars' writer. Arrow IPC output is uncompressed by default and
+//! plain) and data pages of `--data-page-size` bytes (1 MiB, the crate's default), except that
+//! columns whose sampled values are mostly distinct are written plain
+//! ([`crate::plain_columns`]): docs/benchmarks.md has these measured against Polars' writer. Arrow IPC output is uncompressed by default and
 //! takes lz4 or zstd (its format has no snappy).
 //!
 //! In flight per writer: parquet encodes a row group in memory before writing it, so each open
@@ -25,6 +26,7 @@ use arrow_schema::Schema;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 
 use crate::args::{FormatArg, LayoutArg, OutputCompression, ShuffleArgs, StatisticsArg};
 use crate::error::CliError;
@@ -83,6 +85,8 @@ pub(crate) struct OutputOptions {
     pub(crate) dictionary_limit: usize,
     /// Target bytes of a parquet data page.
     pub(crate) data_page_size: usize,
+    /// `--dictionary-distinct-ratio` ([`crate::plain_columns`]).
+    pub(crate) dictionary_distinct_ratio: f64,
     /// Where the files go in the output directory.
     pub(crate) layout: LayoutArg,
     /// The key of `--layout hive`'s directories.
@@ -112,6 +116,7 @@ impl OutputOptions {
             statistics: args.statistics,
             dictionary_limit: usize::try_from(args.dictionary_limit).unwrap_or(usize::MAX),
             data_page_size: usize::try_from(args.data_page_size).unwrap_or(usize::MAX),
+            dictionary_distinct_ratio: args.dictionary_distinct_ratio,
             layout: args.layout,
             hive_key: args.hive_key.clone(),
             caps: FileCaps {
@@ -126,7 +131,8 @@ impl OutputOptions {
         FileNames::new(self.layout, &self.hive_key, self.format, self.caps.any())
     }
 
-    fn parquet_properties(&self) -> WriterProperties {
+    /// The parquet writer's properties; the columns named in `plain` without a dictionary.
+    fn parquet_properties(&self, plain: &[String]) -> WriterProperties {
         let compression = match self.compression {
             OutputCompression::Snappy => Compression::SNAPPY,
             // level 1 is always valid
@@ -139,13 +145,18 @@ impl OutputOptions {
             StatisticsArg::Chunk => EnabledStatistics::Chunk,
             StatisticsArg::None => EnabledStatistics::None,
         };
-        WriterProperties::builder()
+        let builder = WriterProperties::builder()
             .set_compression(compression)
             .set_max_row_group_row_count(Some(self.row_group_rows.max(1)))
             .set_statistics_enabled(statistics)
             .set_dictionary_enabled(self.dictionary_limit > 0)
             .set_dictionary_page_size_limit(self.dictionary_limit.max(1))
-            .set_data_page_size_limit(self.data_page_size.max(1))
+            .set_data_page_size_limit(self.data_page_size.max(1));
+        plain
+            .iter()
+            .fold(builder, |builder, name| {
+                builder.set_column_dictionary_enabled(ColumnPath::from(name.as_str()), false)
+            })
             .build()
     }
 
@@ -158,17 +169,19 @@ impl OutputOptions {
         IpcWriteOptions::default().try_with_compression(codec)
     }
 
-    /// A writer of a new file at `path`.
+    /// A writer of a new file at `path`; parquet columns named in `plain` without a
+    /// dictionary.
     pub(crate) fn writer(
         &self,
         path: PathBuf,
         schema: &Schema,
+        plain: &[String],
     ) -> Result<PartitionWriter, CliError> {
         let file = File::create(&path).map_err(|e| CliError::output(&path, e))?;
         let fail = |e| CliError::output(&path, e);
         let inner = match self.format {
             FormatArg::Parquet => {
-                let props = self.parquet_properties();
+                let props = self.parquet_properties(plain);
                 let writer = ArrowWriter::try_new(file, schema.clone().into(), Some(props))
                     .map_err(|e| CliError::output(&path, e))?;
                 Inner::Parquet(Box::new(writer))

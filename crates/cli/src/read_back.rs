@@ -491,6 +491,7 @@ mod tests {
             statistics: StatisticsArg::Page,
             dictionary_limit: 1 << 20,
             data_page_size: 1 << 20,
+            dictionary_distinct_ratio: crate::plain_columns::DEFAULT_RATIO,
             layout: LayoutArg::Flat,
             hive_key: "partition".to_owned(),
             caps: FileCaps::default(),

@@ -223,7 +223,14 @@ impl Job {
             .units((args.batch_rows as usize).max(INPUT_BATCH_ROWS));
         let results = on_threads(self.threads, &self.control, || {
             let partitioner = Partitioner::new(self.hasher.clone(), self.buffer.partitions());
-            shuffle_in(&units, &self.buffer, partitioner, &self.control, progressed)
+            shuffle_in(
+                &units,
+                &self.buffer,
+                partitioner,
+                &self.control,
+                progressed,
+                self.output.as_ref(),
+            )
         })?;
         self.buffer.finish()?;
         let (times, read) = results.into_iter().fold(
@@ -279,6 +286,11 @@ impl Job {
             return Err(self.abandon(e));
         }
         let metrics = self.buffer.close()?;
+        let plain_columns = self
+            .output
+            .as_ref()
+            .map(|o| o.plain_columns().to_vec())
+            .unwrap_or_default();
         if let Some(output) = self.output {
             output.commit()?;
         }
@@ -320,6 +332,7 @@ impl Job {
             }),
             sort_s: seconds(out.sort),
             sort_runs: out.sort_runs,
+            plain_columns,
             total_s: 0.0,
         })
     }

@@ -15,6 +15,7 @@ use crate::buffer::Buffer;
 use crate::error::CliError;
 use crate::input::{ReadStats, Units};
 use crate::interrupt::PausePoint;
+use crate::output::OutputDir;
 use crate::partition::Partitioner;
 use crate::workers::Control;
 
@@ -38,13 +39,15 @@ impl InTimes {
 }
 
 /// One input-phase thread: batches of the `units` it claims, scattered into `buffer`;
-/// `progressed` notified after each write. Its times and what it read.
+/// `progressed` notified after each write. The first batch decoded (of all threads) chooses
+/// `output`'s plain parquet columns before it is written. Its times and what it read.
 pub(crate) fn shuffle_in(
     units: &Units,
     buffer: &Buffer,
     mut partitioner: Partitioner,
     control: &Control,
     progressed: &ReleaseSignal,
+    output: Option<&OutputDir>,
 ) -> Result<(InTimes, ReadStats), CliError> {
     let mut times = InTimes::default();
     let watch_spill = control.interrupt.pauses_at(PausePoint::Spill);
@@ -53,6 +56,9 @@ pub(crate) fn shuffle_in(
         let batch = stream.next_batch()?;
         let Some(batch) = batch else { break };
         control.interrupt.pause(PausePoint::Input)?;
+        if let Some(output) = output {
+            output.sample_input(&batch);
+        }
         let t = Instant::now();
         let rows = batch.num_rows() as u64;
         let ids = partitioner

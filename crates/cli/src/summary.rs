@@ -96,6 +96,9 @@ pub(crate) struct Report {
     pub(crate) sort_s: f64,
     /// Sorted runs `--sort-by` wrote to disk (0 when every partition was sorted in memory).
     pub(crate) sort_runs: u64,
+    /// Parquet columns written without a dictionary (`--dictionary-distinct-ratio`); empty
+    /// for other formats and without output.
+    pub(crate) plain_columns: Vec<String>,
     /// Wall-clock seconds of the whole run.
     pub(crate) total_s: f64,
 }
@@ -165,6 +168,9 @@ impl Report {
                     .unwrap_or_else(|| "none (read and counted)".into()),
             ),
         ];
+        if !self.plain_columns.is_empty() {
+            lines.push(("plain columns", self.plain_columns.join(", ")));
+        }
         if let Some(key) = &self.sort_by {
             lines.push((
                 "sorted by",
@@ -271,6 +277,7 @@ mod tests {
             "sort_by",
             "sort_s",
             "sort_runs",
+            "plain_columns",
             "total_s",
         ] {
             assert!(value.get(key).is_some(), "missing {key}");

@@ -159,6 +159,14 @@ fn dictionaries_stop_at_the_dictionary_limit_or_are_off() {
         |columns: &[(String, bool)], name: &str| columns.iter().find(|(n, _)| n == name).unwrap().1;
     let default = dictionaries("");
     assert!(has(&default, "l_returnflag"), "{default:?}");
+    // mostly distinct in the input's first batch: plain by default, a dictionary with ratio 1
+    // (the fixture is SF 0.01: l_partkey has 2,000 values, so it repeats and keeps one)
+    assert!(has(&default, "l_partkey"), "{default:?}");
+    for column in ["l_extendedprice", "l_comment"] {
+        assert!(!has(&default, column), "{column}: {default:?}");
+    }
+    let all = dictionaries("--dictionary-distinct-ratio 1");
+    assert!(all.iter().all(|(_, dict)| *dict), "{all:?}");
     let off = dictionaries("--dictionary-limit off");
     assert!(off.iter().all(|(_, dict)| !dict), "{off:?}");
     // a limit of 1 byte: every column's dictionary is full at its first value, so every
@@ -167,6 +175,45 @@ fn dictionaries_stop_at_the_dictionary_limit_or_are_off() {
     let parts = read_parts(dir.path(), "parquet");
     let total: usize = parts.values().map(|(_, b)| rows(b)).sum();
     assert_eq!(total, LINEITEM_ROWS);
+}
+
+#[test]
+fn the_plain_columns_are_reported_and_the_rows_are_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = shuffle(
+        &[lineitem()],
+        "--key l_orderkey --partitions 4 --threads 1 --quiet --json --output",
+    )
+    .arg(dir.path())
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["plain_columns"],
+        serde_json::json!(["l_extendedprice", "l_comment"])
+    );
+    let plain = read_parts(dir.path(), "parquet");
+    // one thread each: the same order of rows within a partition
+    let with_dictionaries = shuffled("--threads 1 --dictionary-distinct-ratio 1");
+    assert_eq!(plain, read_parts(with_dictionaries.path(), "parquet"));
+}
+
+#[test]
+fn a_bad_distinct_ratio_is_a_usage_error() {
+    for ratio in ["1.5", "-0.1", "half", "NaN"] {
+        let dir = tempfile::tempdir().unwrap();
+        shuffle(
+            &[lineitem()],
+            &format!(
+                "--key l_orderkey --partitions 4 --dictionary-distinct-ratio={ratio} --output"
+            ),
+        )
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("is not a ratio from 0 to 1"));
+    }
 }
 
 #[test]
