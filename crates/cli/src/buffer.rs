@@ -110,6 +110,10 @@ impl Buffer {
                 Spill::Dir(dir) => builder.with_spill_dir(dir),
                 Spill::Disabled => builder.with_spill(false),
             };
+            // The output writers' open row groups share the pool and are freed only when cut:
+            // a write the pool refuses while the buffer has nothing left to spill goes to disk
+            // rather than wait for them (it would wait for ever if they cannot cut).
+            builder = builder.with_disk_when_nothing_to_spill(true);
         }
         let inner = builder.build().map_err(|e| CliError::Buffer {
             message: e.to_string(),

@@ -398,3 +398,33 @@ fn past_the_switch_writers_wait_for_the_input_and_write_the_same_rows() {
     assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
     assert_same_rows_and_keys_together(&out, 16);
 }
+
+#[test]
+fn writers_that_hold_the_whole_limit_send_the_input_to_disk_instead_of_hanging() {
+    // Streaming forced past the switch under 2 MiB: the writers' open row groups (below the
+    // minimum, so never cut during the input) fill the pool, and the buffer has nothing left
+    // to spill. Its writes then go to disk directly; before, they waited for ever (every run of
+    // the release build; a debug build's slower writers sometimes leave the buffer something
+    // to spill, so whether a write goes to disk directly is not asserted).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = shuffle(
+        &[lineitem()],
+        "--key l_orderkey --partitions 16 --threads 2 --memory-limit 2MiB --compact-rows 1024 \
+         --verify --json --output",
+    )
+    .arg(&out)
+    .env("ARROW_SHARDS_HOLD_WRITERS", "0")
+    .timeout(std::time::Duration::from_secs(600))
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.code().is_some(),
+        "killed after 600 s: hung? {stderr}"
+    );
+    assert!(run.status.success(), "{}: {stderr}", run.status);
+    let report = json(&run.stdout);
+    assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
+    assert_same_rows_and_keys_together(&out, 16);
+}
