@@ -28,9 +28,9 @@ lf.sink_parquet(pl.PartitionBy(out, key="p"), compression="snappy", mkdir=True)
 
 DUCKDB = """
 import sys, duckdb
-src, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+src, out, n, memory = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 con = duckdb.connect()
-con.execute("SET memory_limit='256MB'")
+con.execute(f"SET memory_limit='{memory}'")
 con.execute("SET threads=2")
 con.execute(
     f"COPY (SELECT *, hash(l_orderkey) % {n} AS p FROM read_parquet('{src}')) "
@@ -65,6 +65,8 @@ def main():
     parser.add_argument("--partitions", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--memory-limit", nargs="+", default=["256MiB"],
                         help="the CLI's limits, one tool each; 'none' runs it without one")
+    parser.add_argument("--duckdb-memory", default="256MB",
+                        help="DuckDB's memory_limit (its own units: 256MB, 1GB)")
     args = parser.parse_args()
 
     def ours(limit):
@@ -76,7 +78,8 @@ def main():
 
     tools = {f"arrow-shards {limit}": ours(limit) for limit in args.memory_limit}
     tools["polars"] = lambda out, n: [sys.executable, "-c", POLARS, args.file, out, str(n)]
-    tools["duckdb"] = lambda out, n: [sys.executable, "-c", DUCKDB, args.file, out, str(n)]
+    tools["duckdb"] = lambda out, n: [sys.executable, "-c", DUCKDB, args.file, out, str(n),
+                                      args.duckdb_memory]
     main_tool = next(iter(tools))
     results = {}  # (partitions, tool) -> [(s, rss)]
     reports = {}  # (partitions, tool) -> [the CLI's --json report]
@@ -95,7 +98,8 @@ def main():
                         extra = (f" spilled {report['bytes_spilled'] / 1e6:.0f} MB, "
                                  f"{report['rows_out_during_input']} rows out during the input "
                                  f"(done at {report['input_wall_s']:.2f} s), "
-                                 f"{report['early_row_group_cuts']} early cuts")
+                                 f"{report['early_row_group_cuts']} early cuts, "
+                                 f"{report['direct_writes']} direct writes")
                     print(f"run {run + 1} {n:>5} {tool:<20} {s:6.2f} s {rss / 2**20:7.0f} MiB"
                           f"{extra}", file=sys.stderr, flush=True)
     finally:
