@@ -349,75 +349,28 @@ fn a_small_memory_limit_spills_and_still_round_trips() {
     );
 }
 
-/// Output writers slower than the input (the test hook holds them until the input ends): the
-/// buffer spills what they do not take, and the files hold the same rows, keys together.
-#[test]
-fn writers_held_back_until_the_input_ends_spill_and_write_the_same_rows() {
+/// Shuffles the fixture into `partitions` under 2 MiB with batches of 1,024 rows, `--verify`
+/// and `--json`, the writers' test hook set to `hold` (or unset); the run's report, after
+/// checking it succeeded with every row, keys together. A run still going after 600 s is
+/// killed and fails the test as hung.
+fn under_2_mib_with_hook(partitions: u32, hold: Option<&str>) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let run = shuffle(
+    let mut command = shuffle(
         &[lineitem()],
-        "--key l_orderkey --partitions 8 --threads 2 --memory-limit 2MiB --compact-rows 1024 \
-         --verify --json --output",
-    )
-    .arg(&out)
-    .env("ARROW_SHARDS_HOLD_WRITERS", "1")
-    .assert()
-    .success();
-    let report = json(&run.get_output().stdout);
-    assert_eq!(report["rows_out_during_input"], 0, "{report}");
-    assert_eq!(report["output_during_input_s"], 0.0, "{report}");
-    assert!(report["bytes_spilled"].as_u64().unwrap() > 0, "{report}");
-    assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
-    assert_same_rows_and_keys_together(&out, 8);
-}
-
-/// Past the switch (16 partitions cannot each hold a minimum row group in the writers' share of
-/// 2 MiB) the writers take nothing before the input's end, and the files hold the same rows,
-/// keys together. (Forced to stream with `ARROW_SHARDS_HOLD_WRITERS=0` this run did not end
-/// within 60 s: the writers hold row groups they may not cut, below the minimum, and the buffer
-/// waits for room; the switch keeps that from happening.)
-#[test]
-fn past_the_switch_writers_wait_for_the_input_and_write_the_same_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let run = shuffle(
-        &[lineitem()],
-        "--key l_orderkey --partitions 16 --threads 2 --memory-limit 2MiB --compact-rows 1024 \
-         --verify --json --output",
-    )
-    .arg(&out)
-    .env_remove("ARROW_SHARDS_HOLD_WRITERS")
-    .assert()
-    .success();
-    let report = json(&run.get_output().stdout);
-    assert_eq!(
-        report["rows_out_during_input"], 0,
-        "past the switch: {report}"
+        &format!(
+            "--key l_orderkey --partitions {partitions} --threads 2 --memory-limit 2MiB \
+             --compact-rows 1024 --verify --json --output"
+        ),
     );
-    assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
-    assert_same_rows_and_keys_together(&out, 16);
-}
-
-#[test]
-fn writers_that_hold_the_whole_limit_send_the_input_to_disk_instead_of_hanging() {
-    // Streaming forced past the switch under 2 MiB: the writers' open row groups (below the
-    // minimum, so never cut during the input) fill the pool, and the buffer has nothing left
-    // to spill. Its writes then go to disk directly; before, they waited for ever (every run of
-    // the release build; a debug build's slower writers sometimes leave the buffer something
-    // to spill, so whether a write goes to disk directly is not asserted).
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let run = shuffle(
-        &[lineitem()],
-        "--key l_orderkey --partitions 16 --threads 2 --memory-limit 2MiB --compact-rows 1024 \
-         --verify --json --output",
-    )
-    .arg(&out)
-    .env("ARROW_SHARDS_HOLD_WRITERS", "0")
-    .timeout(std::time::Duration::from_secs(600))
-    .output()
-    .unwrap();
+    command.arg(&out).env_remove("ARROW_SHARDS_HOLD_WRITERS");
+    if let Some(hold) = hold {
+        command.env("ARROW_SHARDS_HOLD_WRITERS", hold);
+    }
+    let run = command
+        .timeout(std::time::Duration::from_secs(600))
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         run.status.code().is_some(),
@@ -426,5 +379,38 @@ fn writers_that_hold_the_whole_limit_send_the_input_to_disk_instead_of_hanging()
     assert!(run.status.success(), "{}: {stderr}", run.status);
     let report = json(&run.stdout);
     assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
-    assert_same_rows_and_keys_together(&out, 16);
+    assert_same_rows_and_keys_together(&out, partitions);
+    report
+}
+
+/// Output writers slower than the input (the test hook holds them until the input ends): the
+/// buffer spills what they do not take, and the files hold the same rows, keys together.
+#[test]
+fn writers_held_back_until_the_input_ends_spill_and_write_the_same_rows() {
+    let report = under_2_mib_with_hook(8, Some("1"));
+    assert_eq!(report["rows_out_during_input"], 0, "{report}");
+    assert_eq!(report["output_during_input_s"], 0.0, "{report}");
+    assert!(report["bytes_spilled"].as_u64().unwrap() > 0, "{report}");
+}
+
+/// Past the switch (16 partitions cannot each hold a minimum row group in the writers' share of
+/// 2 MiB) the writers take nothing before the input's end, and the files hold the same rows,
+/// keys together.
+#[test]
+fn past_the_switch_writers_wait_for_the_input_and_write_the_same_rows() {
+    let report = under_2_mib_with_hook(16, None);
+    assert_eq!(
+        report["rows_out_during_input"], 0,
+        "past the switch: {report}"
+    );
+}
+
+/// Streaming forced past the switch under 2 MiB: the writers' open row groups (below the
+/// minimum, so never cut during the input) fill the pool, and the buffer has nothing left to
+/// spill. Its writes then go to disk directly; before, they waited for ever (every run of the
+/// release build; a debug build's slower writers sometimes leave the buffer something to spill,
+/// so whether a write goes to disk directly is not asserted).
+#[test]
+fn writers_that_hold_the_whole_limit_send_the_input_to_disk_instead_of_hanging() {
+    under_2_mib_with_hook(16, Some("0"));
 }
