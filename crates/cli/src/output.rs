@@ -18,12 +18,13 @@
 //! are left alone.
 //!
 //! How each file is encoded is [`crate::part_writer`]'s (with the columns written plain, chosen
-//! here once from the input's first batch: [`crate::plain_columns`]); how a partition is split into files
-//! is up to its user, [`crate::part_files`].
+//! here once from the input's first batch: [`crate::plain_columns`]); how a partition is split
+//! into files is up to its user, [`crate::part_files`].
 //!
 //! # Locking
 //! One mutex, over the list of files started; held only to push to or read the list, never
-//! across I/O.
+//! across I/O. The plain columns are a `OnceLock` set once before any row reaches the buffer
+//! ([`crate::plain_columns`] says how); no lock is taken inside it.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -34,7 +35,6 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use crate::args::FormatArg;
-
 use crate::error::CliError;
 use crate::file_names::{FileNames, is_hive_file_name, is_temp_name, parse_flat_name};
 use crate::part_writer::{FileCaps, OutputOptions, PartitionWriter};

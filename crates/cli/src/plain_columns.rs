@@ -19,8 +19,10 @@
 //!
 //! # Locking
 //! None here: [`PlainColumns`] is a `OnceLock` written once by the first input thread to
-//! decode a batch, before that batch is written to the buffer, so every output writer (which
-//! exists only once a batch has reached the buffer) reads it set.
+//! decode a non-empty batch, before that batch is written to the buffer, so every output writer
+//! (which exists only once a row has reached the buffer) reads it set. Another input thread
+//! sampling meanwhile waits inside `get_or_init` for the choice (a few milliseconds of sorting,
+//! no I/O).
 
 use std::sync::OnceLock;
 
@@ -53,10 +55,12 @@ pub(crate) struct PlainColumns {
 }
 
 impl PlainColumns {
-    /// Decides from `batch` unless decided already; `ratio` is `--dictionary-distinct-ratio`
-    /// (1 or more: never plain).
+    /// Decides from `batch` unless decided already or `batch` is empty; `ratio` is
+    /// `--dictionary-distinct-ratio` (1 or more: never plain).
     pub(crate) fn sample(&self, batch: &RecordBatch, ratio: f64) {
-        self.chosen.get_or_init(|| choose(batch, ratio));
+        if batch.num_rows() > 0 {
+            self.chosen.get_or_init(|| choose(batch, ratio));
+        }
     }
 
     /// The names of the columns to write plain (none before a sample).
@@ -256,6 +260,8 @@ mod tests {
         let b = batch(vec![("nested", Arc::new(nested)), ("flat", inner)]);
         let plain = PlainColumns::default();
         assert!(plain.names().is_empty());
+        // an empty batch says nothing: the next one decides
+        plain.sample(&b.slice(0, 0), DEFAULT_RATIO);
         plain.sample(&b, DEFAULT_RATIO);
         assert_eq!(plain.names(), ["flat"]);
         // later batches do not change the choice
