@@ -129,11 +129,10 @@ pub(crate) struct ShuffleArgs {
     #[arg(long, value_name = "SIZE|off", default_value = "1MiB", value_parser = parse_dictionary_limit)]
     pub(crate) dictionary_limit: u64,
 
-    /// Parquet columns whose values are mostly distinct are written plain: a column is, when
-    /// more than RATIO of the non-null values in a sample of the input (the first batch
-    /// decoded, up to 65,536 rows, at least 1,024 values) are distinct. A dictionary of such a
-    /// column costs time and rarely bytes. 1 keeps dictionaries on every column (up to
-    /// --dictionary-limit).
+    /// Writes a parquet column without a dictionary when more than RATIO of its non-null values
+    /// in a sample of the input (the first batch decoded, up to 65,536 rows, at least 1,024
+    /// values) are distinct: a dictionary of such a column costs time and rarely saves bytes.
+    /// 1 keeps a dictionary on every column (up to --dictionary-limit).
     #[arg(long, value_name = "RATIO", default_value_t = crate::plain_columns::DEFAULT_RATIO, value_parser = parse_ratio)]
     pub(crate) dictionary_distinct_ratio: f64,
 

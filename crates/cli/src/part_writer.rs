@@ -6,8 +6,9 @@
 //! `--dictionary-limit` bytes per column chunk (1 MiB, the parquet crate's default; `off`: all
 //! plain) and data pages of `--data-page-size` bytes (1 MiB, the crate's default), except that
 //! columns whose sampled values are mostly distinct are written plain
-//! ([`crate::plain_columns`]): docs/benchmarks.md has these measured against Polars' writer. Arrow IPC output is uncompressed by default and
-//! takes lz4 or zstd (its format has no snappy).
+//! ([`crate::plain_columns`]): docs/benchmarks.md has these measured against Polars' writer.
+//! Arrow IPC output is uncompressed by default and takes lz4 or zstd (its format has no
+//! snappy).
 //!
 //! In flight per writer: parquet encodes a row group in memory before writing it, so each open
 //! writer holds up to one encoded row group (at most `--row-group-rows` rows, compressed) plus
