@@ -1,6 +1,6 @@
-//! The output options round-trip: `--compression`, `--row-group-rows`, `--statistics` and
-//! `--dictionary-limit` are checked in the files' parquet metadata, and the rows read back are
-//! the input's.
+//! The output options round-trip: `--compression`, `--row-group-rows`, `--statistics`,
+//! `--dictionary-limit` and `--dictionary-distinct-ratio` are checked in the files' parquet
+//! metadata, and the rows read back are the input's.
 
 use std::fs::File;
 use std::path::Path;
