@@ -26,6 +26,18 @@ fn shuffled(flags: &str) -> tempfile::TempDir {
     dir
 }
 
+/// Shuffles the fixture into 4 partitions with `flags`, asserting a usage error (status 2).
+fn refused(flags: &str) -> assert_cmd::assert::Assert {
+    let dir = tempfile::tempdir().unwrap();
+    shuffle(
+        &[lineitem()],
+        &format!("--key l_orderkey --partitions 4 {flags} --output"),
+    )
+    .arg(dir.path())
+    .assert()
+    .code(2)
+}
+
 fn metadata(path: &Path) -> ParquetMetaData {
     SerializedFileReader::new(File::open(path).unwrap())
         .unwrap()
@@ -125,15 +137,7 @@ fn arrow_output_takes_lz4_and_zstd_but_not_snappy() {
     let (_, zstd_batches) = read_arrow_file(&zstd.path().join("part-00000.arrow"));
     assert_eq!(plain_batches, zstd_batches);
 
-    let dir = tempfile::tempdir().unwrap();
-    shuffle(
-        &[lineitem()],
-        "--key l_orderkey --partitions 4 --format arrow --compression snappy --output",
-    )
-    .arg(dir.path())
-    .assert()
-    .code(2)
-    .stderr(predicates::str::contains(
+    refused("--format arrow --compression snappy").stderr(predicates::str::contains(
         "--compression snappy is for parquet output",
     ));
 }
@@ -202,28 +206,12 @@ fn the_plain_columns_are_reported_and_the_rows_are_the_same() {
 #[test]
 fn a_bad_distinct_ratio_is_a_usage_error() {
     for ratio in ["1.5", "-0.1", "half", "NaN"] {
-        let dir = tempfile::tempdir().unwrap();
-        shuffle(
-            &[lineitem()],
-            &format!(
-                "--key l_orderkey --partitions 4 --dictionary-distinct-ratio={ratio} --output"
-            ),
-        )
-        .arg(dir.path())
-        .assert()
-        .code(2)
-        .stderr(predicates::str::contains("is not a ratio from 0 to 1"));
+        refused(&format!("--dictionary-distinct-ratio={ratio}"))
+            .stderr(predicates::str::contains("is not a ratio from 0 to 1"));
     }
 }
 
 #[test]
 fn a_bad_dictionary_limit_is_a_usage_error() {
-    let dir = tempfile::tempdir().unwrap();
-    shuffle(
-        &[lineitem()],
-        "--key l_orderkey --partitions 4 --dictionary-limit lots --output",
-    )
-    .arg(dir.path())
-    .assert()
-    .code(2);
+    refused("--dictionary-limit lots");
 }
