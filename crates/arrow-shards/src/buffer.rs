@@ -294,6 +294,7 @@ impl ShardBuffer {
             batches_read: counters.batches_read.load(Ordering::Relaxed),
             rows_read: counters.rows_read.load(Ordering::Relaxed),
             write_wait: Duration::from_nanos(counters.write_wait_nanos.load(Ordering::Relaxed)),
+            lock_wait: Duration::from_nanos(counters.lock_wait_nanos.load(Ordering::Relaxed)),
             read_wait: budget.map_or(Duration::ZERO, |b| b.waited()),
             read_overdrafts: budget.map_or(0, |b| b.overdrafts()),
             ..self.spill_metrics()

@@ -31,6 +31,9 @@ pub struct Metrics {
     pub partitions_read: u64,
     /// Total time writers spent waiting for memory.
     pub write_wait: Duration,
+    /// Total time any thread (producers, readers, the spiller) waited for the buffer's state
+    /// lock while another held it: what contention between producers costs.
+    pub lock_wait: Duration,
     /// Total time readers waited for memory before reading a spilled segment (the read
     /// budget, [`with_read_stall_timeout`](crate::ShardBufferBuilder::with_read_stall_timeout)).
     pub read_wait: Duration,

@@ -8,8 +8,9 @@
 //! never under it.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Instant;
 
 use arrow_schema::SchemaRef;
 use arrow_shards_memory::MemoryPool;
@@ -41,15 +42,29 @@ pub(crate) struct Counters {
     pub(crate) batches_read: AtomicU64,
     pub(crate) rows_read: AtomicU64,
     pub(crate) write_wait_nanos: AtomicU64,
+    /// Time spent waiting for the state lock while another thread held it.
+    pub(crate) lock_wait_nanos: AtomicU64,
 }
 
 impl Shared {
     pub(crate) fn lock(&self) -> StateGuard<'_> {
         // A panic under the lock cannot leave State half-updated in a way that loses batches:
         // every mutation is a push or a take; keep serving rather than poisoning every handle.
-        StateGuard(Some(
-            self.state.lock().unwrap_or_else(PoisonError::into_inner),
-        ))
+        let guard = match self.state.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // contended: time the wait (an uncontended lock costs no clock read)
+                let started = Instant::now();
+                let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                let waited = started.elapsed().as_nanos() as u64;
+                self.counters
+                    .lock_wait_nanos
+                    .fetch_add(waited, Ordering::Relaxed);
+                guard
+            }
+        };
+        StateGuard(Some(guard))
     }
 
     pub(crate) fn check_partition(&self, partition: u32) -> Result<(), Error> {

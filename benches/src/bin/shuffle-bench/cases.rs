@@ -1,8 +1,9 @@
 //! The timed cases: the buffer in three memory settings, and the eager-disk baseline.
 //!
-//! Every case writes the same shards in the same order from one producer thread (a clone of
-//! each shard: the input stays in memory across runs), then reads every partition once and
-//! sums its `l_orderkey` column, a minimal consumer that also checks every row came back.
+//! Every case writes the same shards (a clone of each: the input stays in memory across runs)
+//! from `--producers` threads, the shards or chunks dealt to them in turn (one thread: in
+//! input order), then reads every partition once and sums its `l_orderkey` column, a minimal
+//! consumer that also checks every row came back.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
@@ -41,6 +42,9 @@ pub(crate) struct Run {
     pub(crate) spill_secs: f64,
     /// Peak resident bytes of the process during this run.
     pub(crate) peak_rss: u64,
+    /// Time threads waited for the buffer's state lock (`Metrics::lock_wait`).
+    #[serde(default)]
+    pub(crate) lock_wait_secs: f64,
 }
 
 impl Run {
@@ -62,6 +66,7 @@ impl Run {
             write_wait_secs: metrics.write_wait.as_secs_f64(),
             spill_secs: metrics.spill_time.as_secs_f64(),
             peak_rss: 0,
+            lock_wait_secs: metrics.lock_wait.as_secs_f64(),
         }
     }
 
@@ -83,12 +88,14 @@ pub(crate) enum ReadMode {
     Streaming,
 }
 
-/// One run of the buffer: memory only if `limit` is `None`, else spilling under `spill_root`.
+/// One run of the buffer: memory only if `limit` is `None`, else spilling under `spill_root`;
+/// `producers` threads write.
 pub(crate) fn run_buffer(
     input: &Input,
     limit: Option<usize>,
     read: ReadMode,
     spill_root: &Path,
+    producers: usize,
 ) -> Result<Run> {
     let mut builder = ShardBuffer::builder(input.schema.clone(), input.partitions);
     if let Some(limit) = limit {
@@ -100,12 +107,7 @@ pub(crate) fn run_buffer(
     let buffer = builder.build()?;
 
     let started = Instant::now();
-    for (partition, shard) in input.shards() {
-        buffer.write_blocking(*partition, shard.clone())?;
-    }
-    for (chunk, ids) in &input.whole {
-        buffer.write_partitioned_blocking(chunk.clone(), ids)?;
-    }
+    write_from(&buffer, input, producers)?;
     buffer.finish()?;
     let write_secs = started.elapsed().as_secs_f64();
 
@@ -151,26 +153,7 @@ pub(crate) fn run_streaming(input: &Input, limit: Option<usize>, spill_root: &Pa
             }))
         })
         .collect::<Result<Vec<_>>>()?;
-    let shards: Vec<_> = input.shards().collect();
-    std::thread::scope(|s| {
-        let writers: Vec<_> = (0..2)
-            .map(|w| {
-                let (buffer, shards) = (&buffer, &shards);
-                s.spawn(move || -> Result<()> {
-                    for (partition, shard) in shards.iter().skip(w).step_by(2) {
-                        buffer.write_blocking(*partition, (*shard).clone())?;
-                    }
-                    for (chunk, ids) in input.whole.iter().skip(w).step_by(2) {
-                        buffer.write_partitioned_blocking(chunk.clone(), ids)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        writers
-            .into_iter()
-            .try_for_each(|w| w.join().map_err(|_| "a producer panicked")?)
-    })?;
+    write_from(&buffer, input, 2)?;
     buffer.finish()?;
     let write_secs = started.elapsed().as_secs_f64();
     let (tally, read_secs) = timed(|| {
@@ -185,6 +168,94 @@ pub(crate) fn run_streaming(input: &Input, limit: Option<usize>, spill_root: &Pa
     let (metrics, close_secs) = timed(|| Ok(buffer.close()?))?;
     tally.check(input)?;
     Ok(Run::of(&metrics, write_secs, read_secs, close_secs))
+}
+
+/// Writes every shard and chunk of `input` from `producers` threads, dealt to them in turn.
+fn write_from(buffer: &ShardBuffer, input: &Input, producers: usize) -> Result<()> {
+    let shards: Vec<_> = input.shards().collect();
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..producers)
+            .map(|w| {
+                let shards = &shards;
+                s.spawn(move || -> Result<()> {
+                    for (partition, shard) in shards.iter().skip(w).step_by(producers) {
+                        buffer.write_blocking(*partition, (*shard).clone())?;
+                    }
+                    for (chunk, ids) in input.whole.iter().skip(w).step_by(producers) {
+                        buffer.write_partitioned_blocking(chunk.clone(), ids)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .try_for_each(|w| w.join().map_err(|_| "a producer panicked")?)
+    })
+}
+
+/// The peer's way of doing the scatter write (`RepartitionExec`): each producer gathers each
+/// chunk's rows per partition with arrow's `take` and pushes them into its own
+/// `BatchCoalescer` per partition (8,192-row batches), keeping every completed batch in
+/// memory. `write_secs` is until every coalescer is finished; there is no read or close.
+pub(crate) fn run_take_coalesce(input: &Input, producers: usize) -> Result<Run> {
+    use arrow_array::UInt32Array;
+    use arrow_select::coalesce::BatchCoalescer;
+    use arrow_select::take::take_record_batch;
+
+    if input.whole.is_empty() {
+        return Err("the take + coalesce case needs --scatter".into());
+    }
+    let parts = input.partitions as usize;
+    let started = Instant::now();
+    let outputs = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..producers)
+            .map(|w| {
+                s.spawn(move || -> Result<Vec<RecordBatch>> {
+                    let mut coalescers: Vec<BatchCoalescer> = (0..parts)
+                        .map(|_| BatchCoalescer::new(input.schema.clone(), 8192))
+                        .collect();
+                    let mut indices: Vec<Vec<u32>> = vec![Vec::new(); parts];
+                    let mut done = Vec::new();
+                    for (chunk, ids) in input.whole.iter().skip(w).step_by(producers) {
+                        for (row, &p) in ids.iter().enumerate() {
+                            indices[p as usize].push(row as u32);
+                        }
+                        for (p, rows) in indices.iter_mut().enumerate() {
+                            if rows.is_empty() {
+                                continue;
+                            }
+                            let picked = UInt32Array::from(std::mem::take(rows));
+                            let piece = take_record_batch(chunk, &picked)?;
+                            coalescers[p].push_batch(piece)?;
+                            while let Some(batch) = coalescers[p].next_completed_batch() {
+                                done.push(batch);
+                            }
+                        }
+                    }
+                    for coalescer in &mut coalescers {
+                        coalescer.finish_buffered_batch()?;
+                        while let Some(batch) = coalescer.next_completed_batch() {
+                            done.push(batch);
+                        }
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().map_err(|_| "a producer panicked")?)
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let write_secs = started.elapsed().as_secs_f64();
+    let mut all = Tally::default();
+    outputs.iter().flatten().for_each(|batch| all.add(batch));
+    all.check(input)?;
+    Ok(Run {
+        write_secs,
+        ..Run::default()
+    })
 }
 
 /// The eager-disk baseline, as Dask's disk buffer does it: every shard is appended to its

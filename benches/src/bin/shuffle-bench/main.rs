@@ -94,6 +94,11 @@ struct Args {
     /// tokio task per partition, while two producer threads write (the streaming-reads issue).
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [ReadMode::Coalesced, ReadMode::PassThrough])]
     reads: Vec<ReadMode>,
+    /// Producer threads writing to the buffer at once in the `memory`, `limit*` and
+    /// `take-coalesce` cases (the input's chunks or shards dealt to them in turn); the streaming
+    /// read mode always uses two.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    producers: u16,
     /// Internal: run one job (JSON) and print its result as one JSON line.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -115,6 +120,10 @@ pub(crate) enum CaseKind {
     Limit256,
     /// One eager IPC stream file per partition.
     EagerDisk,
+    /// What `RepartitionExec` does, for the scatter write (`--scatter`): arrow's `take` per
+    /// partition into that partition's `BatchCoalescer` (8,192 rows), each producer with its
+    /// own, memory only; no buffer.
+    TakeCoalesce,
     /// A fixed memory limit (the scaling series).
     #[value(skip)]
     Fixed,
@@ -137,13 +146,14 @@ impl CaseKind {
             CaseKind::Limit10 => "limit 10%",
             CaseKind::Limit256 => "limit 256 MiB",
             CaseKind::EagerDisk => "eager disk",
+            CaseKind::TakeCoalesce => "take + coalesce",
             CaseKind::Fixed => "fixed limit",
         }
     }
 
     fn reads(self, reads: &[ReadMode]) -> Vec<Option<ReadMode>> {
         match self {
-            CaseKind::References | CaseKind::EagerDisk => vec![None],
+            CaseKind::References | CaseKind::EagerDisk | CaseKind::TakeCoalesce => vec![None],
             _ => reads.iter().copied().map(Some).collect(),
         }
     }
@@ -174,15 +184,29 @@ pub(crate) struct Job {
     /// Written with the scatter write (`--scatter`).
     #[serde(default)]
     pub(crate) scatter: bool,
+    /// Producer threads (`--producers`).
+    #[serde(default = "one")]
+    pub(crate) producers: u16,
+}
+
+fn one() -> u16 {
+    1
 }
 
 impl Job {
     /// The case's name, with the write mode.
     pub(crate) fn label(&self) -> String {
+        let mut how = Vec::new();
         if self.scatter {
-            format!("{} (scatter)", self.case.name())
-        } else {
+            how.push("scatter".to_string());
+        }
+        if self.producers > 1 {
+            how.push(format!("{} producers", self.producers));
+        }
+        if how.is_empty() {
             self.case.name().to_string()
+        } else {
+            format!("{} ({})", self.case.name(), how.join(", "))
         }
     }
 }
@@ -240,6 +264,7 @@ fn jobs(args: &Args) -> Vec<Job> {
                 scale: Some(scale),
                 fixed_limit: Some(args.scaling_limit_mib << 20),
                 scatter: args.scatter,
+                producers: args.producers,
             })
             .collect();
     }
@@ -255,6 +280,7 @@ fn jobs(args: &Args) -> Vec<Job> {
                     scale: None,
                     fixed_limit: None,
                     scatter: args.scatter && case != CaseKind::EagerDisk,
+                    producers: args.producers,
                 });
             }
         }
@@ -357,11 +383,14 @@ fn run_job(args: &Args, job: &Job) -> Result<JobResult> {
         match job.case {
             CaseKind::References => references.push(reference::run_references(&input, &root)?),
             CaseKind::EagerDisk => runs.push(cases::run_eager_disk(&input, &root)?),
+            CaseKind::TakeCoalesce => {
+                runs.push(cases::run_take_coalesce(&input, job.producers.into())?)
+            }
             _ => {
                 let read = job.read.unwrap_or(ReadMode::Coalesced);
                 runs.push(match read {
                     ReadMode::Streaming => cases::run_streaming(&input, limit, &root)?,
-                    _ => cases::run_buffer(&input, limit, read, &root)?,
+                    _ => cases::run_buffer(&input, limit, read, &root, job.producers.into())?,
                 });
             }
         }

@@ -62,6 +62,7 @@ pub(crate) struct Summary {
     pub(crate) files: u64,
     pub(crate) peak_reserved: u64,
     pub(crate) peak_rss: u64,
+    pub(crate) lock_wait_secs: Stat,
 }
 
 impl Summary {
@@ -77,6 +78,7 @@ impl Summary {
             files: median_u64(|r| r.files) as u64,
             peak_reserved: median_u64(|r| r.peak_reserved) as u64,
             peak_rss: runs.iter().map(|r| r.peak_rss).max().unwrap_or(0),
+            lock_wait_secs: Stat::over(runs, |r| r.lock_wait_secs),
         }
     }
 }
@@ -270,8 +272,8 @@ fn case_table(out: &mut String, results: &[JobResult]) {
     let _ = writeln!(
         out,
         "Cases (s, median (min-max); total = write + read + close; x = total / reference):\n\n\
-         | case | partitions | read | runs | write s | read s | total s | GB/s | x copy fresh | x copy touched | x file w+r | x IPC enc+dec | spilled MB | disk MB | files | peak reserved MB | RSS before MB | peak RSS MB | RSS bound MB |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+         | case | partitions | read | runs | write s | read s | total s | GB/s | x copy fresh | x copy touched | x file w+r | x IPC enc+dec | spilled MB | disk MB | files | peak reserved MB | RSS before MB | peak RSS MB | RSS bound MB | lock wait s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in rows {
         let s = Summary::of(&r.runs);
@@ -287,7 +289,7 @@ fn case_table(out: &mut String, results: &[JobResult]) {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.job.label(),
             r.job.partitions,
             read_of(r),
@@ -307,6 +309,7 @@ fn case_table(out: &mut String, results: &[JobResult]) {
             mb(r.rss_before),
             mb(s.peak_rss),
             bound,
+            s.lock_wait_secs.show(),
         );
     }
     out.push('\n');
