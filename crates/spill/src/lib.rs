@@ -111,6 +111,7 @@ mod read;
 mod schema;
 mod segment;
 mod sweep;
+mod unchecked;
 mod views;
 mod writer;
 
@@ -128,6 +129,7 @@ pub use panic::panic_message;
 pub use schema::{SchemaMismatch, check_schema, conform_batch};
 pub use segment::SegmentRef;
 pub use sweep::{SweepReport, sweep};
+pub use unchecked::{CopiedBytes, CopiedViews};
 pub use views::compact_views;
 pub use writer::RunWriter;
 

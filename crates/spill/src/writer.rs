@@ -295,6 +295,7 @@ impl RunWriter {
                     rows: trailer.rows,
                     batches: trailer.batches,
                     checksum: trailer.crc,
+                    written_here: true,
                 },
                 memory_bytes,
             }),

@@ -21,9 +21,12 @@ use arrow_array::{Array, ArrayRef, make_array};
 use arrow_buffer::{BooleanBufferBuilder, MutableBuffer, NullBufferBuilder};
 use arrow_data::ArrayData;
 use arrow_schema::{ArrowError, DataType};
+use arrow_shards_spill::{CopiedBytes, CopiedViews};
 
 use super::measure::{share_bytes, var_range_bytes};
-use super::sizing::{Hint, bits_growth, ensure, growth_of, nulls_growth, offsets_needed};
+use super::sizing::{
+    Hint, bits_growth, capacity_for, ensure, growth_of, nulls_growth, offsets_needed,
+};
 
 /// One column being filled.
 #[derive(Debug)]
@@ -38,17 +41,16 @@ pub(crate) enum OpenColumn {
         values: BooleanBufferBuilder,
         nulls: NullBufferBuilder,
     },
-    /// `Utf8`, `Binary` (`large: false`, i32 offsets) and their `Large` forms (i64 offsets).
+    /// `Utf8`, `Binary` and their `Large` forms: offsets and values filled by whole values and
+    /// built without re-validation ([`CopiedBytes`]).
     Bytes {
-        large: bool,
-        offsets: MutableBuffer,
-        values: MutableBuffer,
+        bytes: CopiedBytes,
         nulls: NullBufferBuilder,
     },
-    /// `Utf8View`, `BinaryView`: long values are copied into one data buffer of our own.
+    /// `Utf8View`, `BinaryView`: long values are copied into one data buffer of our own
+    /// ([`CopiedViews`]).
     Views {
-        views: MutableBuffer,
-        data: MutableBuffer,
+        views: CopiedViews,
         nulls: NullBufferBuilder,
     },
     /// Everything else: copied row ranges, concatenated on cut.
@@ -66,15 +68,15 @@ impl OpenColumn {
             },
             DataType::Utf8 | DataType::Binary | DataType::LargeUtf8 | DataType::LargeBinary => {
                 OpenColumn::Bytes {
-                    large: matches!(data_type, DataType::LargeUtf8 | DataType::LargeBinary),
-                    offsets: MutableBuffer::new(0),
-                    values: MutableBuffer::new(0),
+                    bytes: CopiedBytes::new(matches!(
+                        data_type,
+                        DataType::LargeUtf8 | DataType::LargeBinary
+                    )),
                     nulls,
                 }
             }
             DataType::Utf8View | DataType::BinaryView => OpenColumn::Views {
-                views: MutableBuffer::new(0),
-                data: MutableBuffer::new(0),
+                views: CopiedViews::new(),
                 nulls,
             },
             t if t.is_primitive() => OpenColumn::Fixed {
@@ -109,7 +111,9 @@ impl OpenColumn {
     pub(crate) fn is_like(&self, other: &OpenColumn) -> bool {
         match (self, other) {
             (OpenColumn::Fixed { width: a, .. }, OpenColumn::Fixed { width: b, .. }) => a == b,
-            (OpenColumn::Bytes { large: a, .. }, OpenColumn::Bytes { large: b, .. }) => a == b,
+            (OpenColumn::Bytes { bytes: a, .. }, OpenColumn::Bytes { bytes: b, .. }) => {
+                a.is_large() == b.is_large()
+            }
             (OpenColumn::Boolean { .. }, OpenColumn::Boolean { .. })
             | (OpenColumn::Views { .. }, OpenColumn::Views { .. }) => true,
             _ => false,
@@ -147,17 +151,12 @@ impl OpenColumn {
                 values, nulls: n, ..
             } => buffer(values) + nulls(n),
             OpenColumn::Boolean { values, nulls: n } => bits(values) + nulls(n),
-            OpenColumn::Bytes {
-                offsets: a,
-                values: b,
-                nulls: n,
-                ..
+            OpenColumn::Bytes { bytes, nulls: n } => {
+                buffer(bytes.offsets()) + buffer(bytes.values()) + nulls(n)
             }
-            | OpenColumn::Views {
-                views: a,
-                data: b,
-                nulls: n,
-            } => buffer(a) + buffer(b) + nulls(n),
+            OpenColumn::Views { views, nulls: n } => {
+                buffer(views.views()) + buffer(views.data()) + nulls(n)
+            }
             OpenColumn::Pieces { bytes, .. } => *bytes,
         }
     }
@@ -165,8 +164,8 @@ impl OpenColumn {
     /// Bytes of variable-length data held (0 for other columns).
     pub(crate) fn var_len(&self) -> usize {
         match self {
-            OpenColumn::Bytes { values, .. } => values.len(),
-            OpenColumn::Views { data, .. } => data.len(),
+            OpenColumn::Bytes { bytes, .. } => bytes.values().len(),
+            OpenColumn::Views { views, .. } => views.data().len(),
             _ => 0,
         }
     }
@@ -203,20 +202,16 @@ impl OpenColumn {
             OpenColumn::Boolean { values, nulls } => {
                 (bits_growth(values.len(), values.capacity() / 8, len), nulls)
             }
-            OpenColumn::Bytes {
-                large,
-                offsets,
-                values,
-                nulls,
-            } => {
-                let width = if *large { 8 } else { 4 };
+            OpenColumn::Bytes { bytes, nulls } => {
+                let (offsets, values) = (bytes.offsets(), bytes.values());
+                let width = if bytes.is_large() { 8 } else { 4 };
                 let needed = offsets_needed(offsets, len, width);
                 let grown = growth_of(offsets, needed, hint.offsets(width));
                 (grown + growth_of(values, var, hint.var_data()), nulls)
             }
-            OpenColumn::Views { views, data, nulls } => {
-                let grown = growth_of(views, len * 16, hint.per_row(16));
-                (grown + growth_of(data, var, hint.var_data()), nulls)
+            OpenColumn::Views { views, nulls } => {
+                let grown = growth_of(views.views(), len * 16, hint.per_row(16));
+                (grown + growth_of(views.data(), var, hint.var_data()), nulls)
             }
             OpenColumn::Pieces { .. } => return 0,
         };
@@ -232,20 +227,19 @@ impl OpenColumn {
                 ensure(values, len * *width, hint.per_row(*width));
             }
             OpenColumn::Boolean { values, .. } => values.reserve(len),
-            OpenColumn::Bytes {
-                large,
-                offsets,
-                values,
-                ..
-            } => {
-                let width = if *large { 8 } else { 4 };
-                let needed = offsets_needed(offsets, len, width);
-                ensure(offsets, needed, hint.offsets(width));
-                ensure(values, var, hint.var_data());
+            OpenColumn::Bytes { bytes, .. } => {
+                let width = if bytes.is_large() { 8 } else { 4 };
+                let needed = offsets_needed(bytes.offsets(), len, width);
+                bytes.grow_to(
+                    capacity_for(bytes.offsets(), needed, hint.offsets(width)),
+                    capacity_for(bytes.values(), var, hint.var_data()),
+                );
             }
-            OpenColumn::Views { views, data, .. } => {
-                ensure(views, len * 16, hint.per_row(16));
-                ensure(data, var, hint.var_data());
+            OpenColumn::Views { views, .. } => {
+                views.grow_to(
+                    capacity_for(views.views(), len * 16, hint.per_row(16)),
+                    capacity_for(views.data(), var, hint.var_data()),
+                );
             }
             OpenColumn::Pieces { .. } => {}
         }
@@ -268,36 +262,11 @@ impl OpenColumn {
             } => builder
                 .add_buffer(values.finish().into_inner())
                 .nulls(nulls.finish()),
-            OpenColumn::Bytes {
-                large,
-                mut offsets,
-                values,
-                mut nulls,
-            } => {
-                if offsets.is_empty() {
-                    if large {
-                        offsets.push(0i64);
-                    } else {
-                        offsets.push(0i32);
-                    }
-                }
-                builder
-                    .add_buffer(offsets.into())
-                    .add_buffer(values.into())
-                    .nulls(nulls.finish())
+            OpenColumn::Bytes { bytes, mut nulls } => {
+                return bytes.finish(data_type, nulls.finish());
             }
-            OpenColumn::Views {
-                views,
-                data,
-                mut nulls,
-            } => {
-                let builder = builder.add_buffer(views.into());
-                let builder = if data.is_empty() {
-                    builder
-                } else {
-                    builder.add_buffer(data.into())
-                };
-                builder.nulls(nulls.finish())
+            OpenColumn::Views { views, mut nulls } => {
+                return views.finish(data_type, nulls.finish());
             }
             OpenColumn::Pieces { pieces, .. } => {
                 let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();

@@ -13,12 +13,10 @@ use arrow_array::{
     Array, ArrayRef, GenericByteArray, GenericByteViewArray, downcast_primitive_array,
 };
 use arrow_array::{make_array, types::ArrowPrimitiveType};
-use arrow_buffer::{
-    ArrowNativeType, BooleanBuffer, BooleanBufferBuilder, MutableBuffer, NullBufferBuilder,
-};
-use arrow_data::ByteView;
+use arrow_buffer::{BooleanBuffer, BooleanBufferBuilder, MutableBuffer, NullBufferBuilder};
 use arrow_data::transform::MutableArrayData;
-use arrow_schema::ArrowError;
+use arrow_schema::{ArrowError, DataType};
+use arrow_shards_spill::{CopiedBytes, CopiedViews};
 
 use arrow_shards_memory::sizing::{array_allocations, array_data_bytes};
 
@@ -48,8 +46,8 @@ impl OpenColumn {
             return Ok(());
         }
         let var = var_range_bytes(array, start, len);
-        if let OpenColumn::Views { data, .. } = self
-            && data.len() + var > u32::MAX as usize
+        if let OpenColumn::Views { views, .. } = self
+            && views.data().len() + var > u32::MAX as usize
         {
             return Err(ArrowError::ComputeError(
                 "an open view column would pass 4 GiB of data".into(),
@@ -87,18 +85,16 @@ impl OpenColumn {
         }
     }
 
-    fn offsets_and_values_mut(&mut self) -> (&mut MutableBuffer, &mut MutableBuffer) {
+    fn bytes_mut(&mut self) -> &mut CopiedBytes {
         match self {
-            OpenColumn::Bytes {
-                offsets, values, ..
-            } => (offsets, values),
+            OpenColumn::Bytes { bytes, .. } => bytes,
             _ => unreachable!("checked by copy_into"),
         }
     }
 
-    fn views_and_data_mut(&mut self) -> (&mut MutableBuffer, &mut MutableBuffer) {
+    fn views_mut(&mut self) -> &mut CopiedViews {
         match self {
-            OpenColumn::Views { views, data, .. } => (views, data),
+            OpenColumn::Views { views, .. } => views,
             _ => unreachable!("checked by copy_into"),
         }
     }
@@ -153,18 +149,25 @@ fn copy_into(
     }
     match kind {
         OpenColumn::Boolean { .. } => bits(columns, array.as_boolean().values(), rows),
-        OpenColumn::Bytes { large: false, .. } => match array.as_string_opt::<i32>() {
-            Some(strings) => bytes(columns, strings, rows),
-            None => bytes(columns, array.as_binary::<i32>(), rows),
-        },
-        OpenColumn::Bytes { large: true, .. } => match array.as_string_opt::<i64>() {
-            Some(strings) => bytes(columns, strings, rows),
-            None => bytes(columns, array.as_binary::<i64>(), rows),
-        },
-        OpenColumn::Views { .. } => match array.as_string_view_opt() {
-            Some(strings) => views(columns, strings, rows),
-            None => views(columns, array.as_binary_view(), rows),
-        },
+        OpenColumn::Bytes { .. } => {
+            let mut targets: Vec<&mut CopiedBytes> =
+                columns.iter_mut().map(|c| c.bytes_mut()).collect();
+            match array.data_type() {
+                DataType::Utf8 => bytes(&mut targets, array.as_string::<i32>(), rows)?,
+                DataType::LargeUtf8 => bytes(&mut targets, array.as_string::<i64>(), rows)?,
+                DataType::Binary => bytes(&mut targets, array.as_binary::<i32>(), rows)?,
+                DataType::LargeBinary => bytes(&mut targets, array.as_binary::<i64>(), rows)?,
+                _ => return Err(OpenColumn::mismatch(array)),
+            }
+        }
+        OpenColumn::Views { .. } => {
+            let mut targets: Vec<&mut CopiedViews> =
+                columns.iter_mut().map(|c| c.views_mut()).collect();
+            match array.as_string_view_opt() {
+                Some(strings) => views(&mut targets, strings, rows)?,
+                None => views(&mut targets, array.as_binary_view(), rows)?,
+            }
+        }
         _ => downcast_primitive_array!(
             array => values(columns, array, rows),
             _ => return Err(OpenColumn::mismatch(array))
@@ -205,70 +208,34 @@ fn bits(columns: &mut [&mut OpenColumn], source: &BooleanBuffer, rows: Rows<'_>)
     }
 }
 
-/// Copies the values of a byte array: value bytes appended, offsets rebased on the column's.
+/// Copies the values of a byte array: whole values appended, offsets rebased on the column's
+/// (a range as one copy of its value bytes).
 fn bytes<T: ByteArrayType>(
-    columns: &mut [&mut OpenColumn],
+    targets: &mut [&mut CopiedBytes],
     array: &GenericByteArray<T>,
     rows: Rows<'_>,
-) {
-    for column in columns.iter_mut() {
-        let (offsets, _) = column.offsets_and_values_mut();
-        if offsets.is_empty() {
-            offsets.push(T::Offset::usize_as(0));
+) -> Result<(), ArrowError> {
+    match rows {
+        Rows::Range { start, len } => targets[0].append_range(array, start, len),
+        Rows::Tagged { range_of_row, .. } => {
+            CopiedBytes::append_tagged(targets, array, range_of_row)
         }
     }
-    let data = array.value_data();
-    let source = array.value_offsets();
-    if let Rows::Range { start, len } = rows {
-        // a range is one copy of its value bytes, its offsets rebased on the column's
-        let (offsets, values) = columns[0].offsets_and_values_mut();
-        let (first, last) = (source[start].as_usize(), source[start + len].as_usize());
-        let base = values.len();
-        values.extend_from_slice(&data[first..last]);
-        offsets.extend(
-            source[start + 1..=start + len]
-                .iter()
-                .map(|o| T::Offset::usize_as(base + o.as_usize() - first)),
-        );
-        return;
-    }
-    rows.each(|i, k| {
-        let (offsets, values) = columns[k].offsets_and_values_mut();
-        values.extend_from_slice(&data[source[i].as_usize()..source[i + 1].as_usize()]);
-        offsets.push(T::Offset::usize_as(values.len()));
-    });
 }
 
 /// Copies the values of a view array: short views as they are, long values into the column's
 /// one data buffer, their views pointing there.
 fn views<T: ByteViewType + ?Sized>(
-    columns: &mut [&mut OpenColumn],
+    targets: &mut [&mut CopiedViews],
     array: &GenericByteViewArray<T>,
     rows: Rows<'_>,
-) {
-    let sources = array.data_buffers();
-    let source = array.views();
-    rows.each(|i, k| {
-        let (views, data) = columns[k].views_and_data_mut();
-        let view = source[i];
-        let length = view as u32;
-        if length <= 12 {
-            views.push(view);
-            return;
+) -> Result<(), ArrowError> {
+    match rows {
+        Rows::Range { start, len } => targets[0].append_range(array, start, len),
+        Rows::Tagged { range_of_row, .. } => {
+            CopiedViews::append_tagged(targets, array, range_of_row)
         }
-        let v = ByteView::from(view);
-        let from = v.offset as usize;
-        let offset = data.len() as u32;
-        data.extend_from_slice(&sources[v.buffer_index as usize][from..from + length as usize]);
-        views.push(
-            ByteView {
-                buffer_index: 0,
-                offset,
-                ..v
-            }
-            .as_u128(),
-        );
-    });
+    }
 }
 
 /// Copies the validity of `array`'s rows (a range as one slice of bits).

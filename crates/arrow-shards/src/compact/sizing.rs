@@ -80,13 +80,17 @@ pub(crate) fn growth_of(buffer: &MutableBuffer, additional: usize, sizing: Sizin
 
 /// Grows `buffer` so it can take `additional` more bytes, to exactly the capacity [`grown`] says.
 pub(crate) fn ensure(buffer: &mut MutableBuffer, additional: usize, sizing: Sizing) {
-    let required = buffer.len() + additional;
-    let cap = grown(buffer.capacity(), required, sizing);
+    let cap = capacity_for(buffer, additional, sizing);
     if cap > buffer.capacity() {
         let mut larger = MutableBuffer::with_capacity(cap);
         larger.extend_from_slice(buffer.as_slice());
         *buffer = larger;
     }
+}
+
+/// The capacity [`ensure`] gives `buffer` for `additional` more bytes (its own, if enough).
+pub(crate) fn capacity_for(buffer: &MutableBuffer, additional: usize, sizing: Sizing) -> usize {
+    grown(buffer.capacity(), buffer.len() + additional, sizing)
 }
 
 /// Bytes an offsets buffer takes for `len` more rows (the first append also writes offset 0).

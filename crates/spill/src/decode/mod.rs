@@ -37,12 +37,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use arrow_array::RecordBatch;
 use arrow_buffer::{Buffer, MutableBuffer};
-use arrow_ipc::reader::StreamDecoder;
 use arrow_schema::{ArrowError, Schema, SchemaRef};
 
 use crate::ipc_checks::{check_message, check_schema_message};
 use crate::panic::panic_message;
 use crate::schema::{check_schema, conform_batch};
+use crate::unchecked::{check_decoded, segment_decoder};
 
 use source::corrupt;
 pub(crate) use source::{Fault, IndexEntry, Source};
@@ -91,7 +91,9 @@ fn decode<S: Source + ?Sized>(
     expected: &IndexEntry,
     messages: Vec<Message>,
 ) -> Result<Vec<RecordBatch>, Fault> {
-    let decoded = catch_unwind(AssertUnwindSafe(|| decode_messages(source, messages)));
+    let decoded = catch_unwind(AssertUnwindSafe(|| {
+        decode_messages(source, messages, expected.written_here)
+    }));
     let (schema, batches) = match decoded {
         Ok(decoded) => decoded?,
         Err(panic) => {
@@ -116,12 +118,15 @@ fn decode<S: Source + ?Sized>(
 
 type Decoded = (SchemaRef, Vec<RecordBatch>);
 
+/// Decodes the verified `messages`; without validating the arrays again if `written_here`
+/// (each body's CRC32C is checked just before it is decoded).
 fn decode_messages<S: Source + ?Sized>(
     source: &S,
     messages: Vec<Message>,
+    written_here: bool,
 ) -> Result<Decoded, Fault> {
     let arrow = |e: ArrowError| corrupt(format!("ipc decode failed: {e}"));
-    let mut decoder = StreamDecoder::new();
+    let mut decoder = segment_decoder(written_here);
     let mut batches = Vec::new();
     for message in messages {
         let body = if message.body_len == 0 {
@@ -143,6 +148,7 @@ fn decode_messages<S: Source + ?Sized>(
         for mut buffer in [message.meta, body] {
             while !buffer.is_empty() {
                 if let Some(batch) = decoder.decode(&mut buffer).map_err(arrow)? {
+                    check_decoded(&batch).map_err(arrow)?;
                     batches.push(batch);
                 }
             }
@@ -222,9 +228,9 @@ mod tests {
         RecordBatch::try_from_iter(columns).unwrap()
     }
 
-    /// The decoder is untrusted even behind the checksum: flip each payload byte, fix up the
-    /// checksum so verification passes, and decoding must give batches or `Corrupt`, never a
-    /// panic.
+    /// Bytes this process did not write are validated even behind a matching checksum: flip
+    /// each payload byte, fix up the checksum so verification passes, and decoding must give
+    /// batches or `Corrupt`, never a panic.
     #[test]
     fn checksum_valid_garbage_is_an_error_not_a_panic() {
         let root = tempfile::tempdir().unwrap();
@@ -246,6 +252,7 @@ mod tests {
             bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
             let expected = IndexEntry {
                 checksum: crc,
+                written_here: false,
                 ..segment.inner.entry.clone()
             };
             match decode_segment(&bytes[..], &expected) {
@@ -281,6 +288,7 @@ mod tests {
             rows: 0,
             batches: 0,
             checksum: 0,
+            written_here: false,
         };
         let fault = decode_segment(&bytes[..], &expected).unwrap_err();
         let error = fault.into_error(Path::new("/d"), Path::new("/d/f"), &expected);

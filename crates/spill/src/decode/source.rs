@@ -51,6 +51,10 @@ pub(crate) struct IndexEntry {
     pub(crate) rows: u64,
     pub(crate) batches: u64,
     pub(crate) checksum: u32,
+    /// Whether this process's writer encoded the segment (from valid arrays): once its bytes
+    /// match `checksum`, it is decoded without validating its arrays again
+    /// (`crate::unchecked::segment_decoder`). `false` for bytes from anywhere else.
+    pub(crate) written_here: bool,
 }
 
 /// Why a segment's bytes gave no batches.
