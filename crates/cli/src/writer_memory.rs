@@ -17,8 +17,7 @@
 //!
 //! Open files: a partition's file is opened when its first batch is taken. During the input at
 //! most [`open_file_budget`] files are open at once (half the process's soft limit on open
-//! files); partitions beyond it are written after the input, one at a time per thread, as
-//! before #34.
+//! files); partitions beyond it are written after the input, one at a time per thread.
 //!
 //! # Locking
 //! No locks: the writers' bytes and open files are atomics; reservations are per thread.
