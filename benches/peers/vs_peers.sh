@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CLI's main job against Polars and DuckDB (docs/benchmarks.md, "Against Polars and
-# DuckDB"): the SF 1 lineitem file hash-partitioned on l_orderkey into 64 and 1024 parquet
+# The CLI's main job against Polars and DuckDB (docs/benchmarks.md, "The CLI against Polars
+# and DuckDB"): the SF 1 lineitem file hash-partitioned on l_orderkey into 64 and 1024 parquet
 # files, snappy, by the release CLI under --memory-limit 256MiB, Polars (sink_parquet with
 # PartitionBy, no limit) and DuckDB (COPY ... PARTITION_BY, memory_limit 256MB, 2 threads),
 # interleaved, RUNS runs each; one table of medians.
