@@ -5,8 +5,8 @@
 # PartitionBy, no limit) and DuckDB (COPY ... PARTITION_BY, memory_limit 256MB, 2 threads),
 # interleaved, RUNS runs each; one table of medians.
 # Usage: bash benches/peers/vs_peers.sh [RUNS [vs_peers.py flags]]   (makes .venv-peers with the
-# pinned peers), e.g. `bash benches/peers/vs_peers.sh 3 --memory-limit 256MiB none` (issue #34:
-# the CLI under 256 MiB and without a limit).
+# pinned peers), e.g. `bash benches/peers/vs_peers.sh 3 --memory-limit 256MiB none` (the
+# CLI under 256 MiB and without a limit).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 runs="${1:-3}"
