@@ -2,10 +2,10 @@
 //!
 //! What the small-budget tests (`tests/it/small_budget.rs`) shuffle: keys with nulls, a
 //! dictionary, nested list and struct columns, wide values (`large`, up to 300 bytes), and a
-//! unique `id` to check that every row comes back once. 100,000 rows (the default) are 25.6 MiB of Arrow buffers
-//! (about 35 MiB as the parquet reader allocates them back, `bytes_in` of a shuffle) and 7
-//! parquet row groups of at most [`ROW_GROUP_ROWS`] rows (18.7 MiB of zstd parquet: the random
-//! `large` strings barely compress).
+//! unique `id` to check that every row comes back once. 100,000 rows (the default) are
+//! 25.6 MiB of Arrow buffers (about 35 MiB as the parquet reader allocates them back,
+//! `bytes_in` of a shuffle) and 7 parquet row groups of at most [`ROW_GROUP_ROWS`] rows
+//! (18.7 MiB of zstd parquet: the random `large` strings barely compress).
 //!
 //! | column | type | values |
 //! |---|---|---|
