@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue #34: the CLI's output writers streaming during the input against waiting for its end,
+# The CLI's output writers streaming during the input against waiting for its end,
 # SF 1 lineitem under 256 MiB, interleaved; one line of --json figures per run
 # (docs/benchmarks.md, "The main job as a pipeline"). Modes: `auto` (the hook unset: the
 # switch decides), `0` (ARROW_SHARDS_HOLD_WRITERS=0: streaming forced), `1` (held until the
-# input ends, the sequence before #34).
+# input ends).
 # Usage: bash benches/pipeline_ab.sh   (with CARGO_TARGET_DIR set as for the release build)
 # Environment: RUNS (3), PARTS ("64 1024"), MODES ("auto 0 1"), LIMIT (256MiB), FLAGS (more
 # shuffle flags, e.g. "--dictionary-limit off").

@@ -1,4 +1,4 @@
-"""Issue #34 point 5: one parquet file of the whole table, written by the CLI's parquet writer
+"""One parquet file of the whole table, written by the CLI's parquet writer
 and by Polars, side by side; runs interleaved, medians, then what differs in the files.
 
 The CLI writes one partition (`shuffle FILE --key l_orderkey --partitions 1 --output DIR

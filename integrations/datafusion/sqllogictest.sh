@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DataFusion's own SQL test suite with the exchange on (issue 33, item 3).
+# DataFusion's own SQL test suite with the exchange on.
 #
 # Runs every .slt file that datafusion-sqllogictest 55.2 ships twice through its DataFusion
 # engine: in the plain TestContext (4 target partitions) and with with_shard_repartition

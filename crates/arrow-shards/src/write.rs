@@ -10,11 +10,14 @@
 //! waits for it; once a spill has failed, a write that would have to wait gets that error with
 //! its batch back.
 //!
-//! **The oversized rule**, one place for every write form ([`ShardBuffer::attempt`]): a write
-//! that needs more than the whole limit, which no wait can make room for (a batch, or the
-//! rows a scattered batch brings to its partitions), goes to disk directly through the spiller
-//! ([`crate::spiller`]'s direct path), one part per partition, committed all or none. Without
-//! spilling it is refused with [`Error::MemoryExhausted`] and its batch handed back.
+//! **Writes that go to disk**, for every write form: a write that needs more than the whole
+//! limit, which no wait can make room for (a batch, or the rows a scattered batch brings to its
+//! partitions; decided in [`ShardBuffer::attempt`]), and, with `disk_when_nothing_to_spill`, a
+//! refused write while the buffer holds nothing to spill and shares its pool with no other
+//! spilling buffer (decided in `may_wait`), go to disk directly through the spiller
+//! ([`crate::spiller`]'s direct path), one part per partition, committed all or none. The
+//! `try_` forms (`last_try`) take only the first verdict. Without spilling an oversized write
+//! is refused with [`Error::MemoryExhausted`] and its batch handed back.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -318,7 +321,8 @@ impl ShardBuffer {
 
     /// One try under the lock; wakes the spiller when the pool is past its threshold. This is
     /// where the oversized rule is decided, for every write form: a shard that needs more than
-    /// the whole limit goes to disk when the buffer spills, and is refused otherwise.
+    /// the whole limit goes to disk when the buffer spills, and is refused otherwise (the other
+    /// way to disk, a buffer with nothing to spill, is decided in `may_wait`).
     fn attempt(&self, partition: u32, shard: Shard) -> Result<Attempt, WriteError> {
         let result = self.shared.lock().try_insert(partition, shard);
         match result {

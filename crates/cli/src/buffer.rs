@@ -44,7 +44,7 @@ pub(crate) struct BufferSettings {
 /// `--memory-limit` is the whole run's budget. Besides the buffer's pool the process holds, per
 /// writing thread, the decoded input batch it is writing (~14 MB for a 65,536-row lineitem
 /// batch; its slices are views of it) and the allocator's per-thread caches. A scatter write's
-/// reordered copy is not among them: the buffer charges it to its pool (#30), and the common
+/// reordered copy is not among them: the buffer charges it to its pool, and the common
 /// in-place path makes none. Measured on SF 1 lineitem at 256 MiB (docs/memory-accounting.md):
 /// peak RSS minus the pool's peak is ~80 MiB on one thread and ~100 MiB on two, the same
 /// whatever the reserve, so a thread adds ~20 MiB; the rest is fixed (code, the parquet

@@ -2,7 +2,7 @@
 //! Spark and pyarrow write them) get each directory's key as a column holding its value.
 //!
 //! A directory named on the command line contributes its own files and, recursively, those of
-//! its subdirectories named `key=value` (other subdirectories are skipped, as before). The
+//! its subdirectories named `key=value` (other subdirectories are skipped). The
 //! keys, in directory order from the top, must be the same for every file; each becomes a
 //! nullable Utf8 column after the file's own columns. Values are percent-decoded (`%2F` is
 //! `/`) and `__HIVE_DEFAULT_PARTITION__` is null, as those writers encode them.

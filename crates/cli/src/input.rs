@@ -5,8 +5,8 @@
 //! (its footer read once, when the file is recognised) and each Arrow IPC file whole. Every
 //! input thread has its own [`BatchStream`], which claims the next unit from a shared counter
 //! when its current one ends, so row groups of one file and several files decode on every
-//! thread at once (issue #34 point 3; before, one stream behind a mutex decoded one batch at a
-//! time). Rows of different units thus reach the buffer in no fixed order; within a unit they
+//! thread at once (one stream behind a mutex would decode one batch at a time for all
+//! threads). Rows of different units thus reach the buffer in no fixed order; within a unit they
 //! keep theirs.
 //!
 //! A file's format is recognised by its first bytes: `PAR1` is parquet, `ARROW1` an Arrow IPC

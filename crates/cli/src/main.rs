@@ -48,7 +48,7 @@
 
 /// The process's allocator: jemalloc, where it builds. With thousands of partitions the buffer
 /// makes and frees many small and medium buffers from two threads; glibc malloc then takes about
-/// a fifth of the run's CPU samples (docs/benchmarks.md, "Allocator"). The library leaves the
+/// a fifth of the run's CPU samples (docs/benchmarks.md, "Small shards"). The library leaves the
 /// choice to its embedder, as this binary does here. Its options are set at build time
 /// (`.cargo/config.toml`): freed pages go back to the system after 100 ms, purged by jemalloc's
 /// background thread, so that peak RSS stays within what `--memory-limit` allows.

@@ -11,7 +11,7 @@
 //! into smaller ones, which then stay in the buffer and may be spilled: spilling is the
 //! fallback when writers cannot hold what the input brings. With more partitions than can
 //! each hold a minimum row group within the writers' share ([`WriterMemory::streams`]), the
-//! threads take nothing while the input runs and the run behaves as before #34;
+//! threads take nothing while the input runs and read everything after it;
 //! docs/benchmarks.md says where the switch is on SF 1 lineitem and why.
 //!
 //! **After the input** (the buffer finished) it takes the rest of each partition, largest open
@@ -26,7 +26,7 @@
 //!
 //! Test and benchmark hook: with `ARROW_SHARDS_HOLD_WRITERS=1` in the environment the threads
 //! take nothing while the input runs (writers slower than any input): everything is read after
-//! the input, from memory and spill files, as before #34. With `ARROW_SHARDS_HOLD_WRITERS=0`
+//! the input, from memory and spill files. With `ARROW_SHARDS_HOLD_WRITERS=0`
 //! they stream whatever the switch says (to measure it: `benches/pipeline_ab.sh`); unset, or
 //! any other value, leaves it to the switch. `--sort-by` holds them either way.
 //!

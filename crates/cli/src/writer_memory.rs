@@ -17,8 +17,7 @@
 //!
 //! Open files: a partition's file is opened when its first batch is taken. During the input at
 //! most [`open_file_budget`] files are open at once (half the process's soft limit on open
-//! files); partitions beyond it are written after the input, one at a time per thread, as
-//! before #34.
+//! files); partitions beyond it are written after the input, one at a time per thread.
 //!
 //! # Locking
 //! No locks: the writers' bytes and open files are atomics; reservations are per thread.
@@ -113,8 +112,9 @@ impl WriterMemory {
     /// without a limit; under one only while every partition can hold a row group of the
     /// minimum within the writers' share (`partitions x MIN_ROW_GROUP_ROWS x OPEN_ROW_BYTES`,
     /// ~105 partitions at 256 MiB). Beyond it the writers could cut nothing and would only
-    /// squeeze the buffer (measured at 1024 partitions under 256 MiB: 64.1 s streaming against
-    /// 54.5 s writing after the input, more spill waits; docs/benchmarks.md).
+    /// squeeze the buffer (measured at 1024 partitions under 256 MiB: 18.75 s streaming against
+    /// 15.71 s writing after the input, more spilled, peak RSS past the limit's bound;
+    /// docs/benchmarks.md, "The main job as a pipeline").
     pub(crate) fn streams(&self, partitions: u32) -> bool {
         self.cap.is_none_or(|cap| {
             (partitions as usize).saturating_mul(self.min_rows * OPEN_ROW_BYTES) <= cap

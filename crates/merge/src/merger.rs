@@ -43,7 +43,7 @@ use crate::{MergeError, MergeOptions, MergeStream, PartitionSources};
 /// Reading is what frees memory, so a read never waits for memory: the read the merge needs is
 /// reserved with `MemoryPool::grow`, which may pass the pool's limit. Coalescing would let that
 /// add up: with 32 KiB segments an 8192-row output spans about ten of them, all charged until it
-/// is handed over (issue #13 measured a 256 KiB pool at 2.5x its limit). So before that read,
+/// is handed over (a 256 KiB pool was measured at 2.5x its limit that way). So before that read,
 /// if `reserved + memory_bytes` would pass the limit while rows are buffered, those rows are
 /// handed over first as a shorter batch, releasing every input they came from. The read then
 /// starts either within the limit or with nothing of this merge charged but its memory batches.

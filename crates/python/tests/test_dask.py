@@ -302,7 +302,7 @@ def test_a_full_disk_fails_the_shuffle_with_dasks_out_of_disk_error(client, plug
 
 
 def test_settings_survive_a_config_reset():
-    # distributed's test helpers reset dask.config.config to a copy made at their import, which
+    # distributed's test utilities reset dask.config.config to a copy made at their import, which
     # can predate arrow_shards.dask's defaults; the settings fall back to them
     import copy
 

@@ -1,4 +1,4 @@
-"""``arrow_shards.dask`` on a cluster started the way deployments start one (issue #35): a
+"""``arrow_shards.dask`` on a cluster started the way deployments start one: a
 ``dask scheduler`` process and two ``dask worker SCHEDULER --preload arrow_shards.dask``
 processes (each a nanny and its worker process) over TCP on the loopback. A shuffle equals
 Dask's own P2P output; a worker process killed with SIGKILL in the middle of a shuffle still

@@ -1,4 +1,4 @@
-"""The Rust steps of ``arrow_shards.dask`` (issue #35) against pyarrow's and Dask's own results:
+"""The Rust steps of ``arrow_shards.dask`` against pyarrow's and Dask's own results:
 the ordered read (``_dask_order``) against ``Table.sort_by``, the split by worker
 (``_dask_split``, ``Splitter``) against ``sort_by`` and Dask's ``split_by_worker`` +
 ``serialize_table``, the receive side's decode (``_dask_receive``) against Dask's

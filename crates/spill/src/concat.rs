@@ -1,5 +1,5 @@
 //! Concatenation that keeps dictionaries as written: the one kernel the buffer's compaction,
-//! the spill writer's coalescing and the merge's coalescing concatenate with (issue #30).
+//! the spill writer's coalescing and the merge's coalescing concatenate with.
 //!
 //! arrow-select's `concat` of dictionary arrays does one of two things, both wrong for a
 //! buffer that should hand back what it was given: it keeps every input's values one after

@@ -4,7 +4,7 @@
 //! [`check_schema`] or [`conform_batch`]: the buffer when a batch is written,
 //! [`RunWriter::append`](crate::RunWriter::append) before a segment is written,
 //! [`SegmentRef::read`](crate::SegmentRef::read) on the decoded stream, and the merge on every
-//! input batch. A batch accepted at the top is therefore never refused further down (issue 18).
+//! input batch. A batch accepted at the top is therefore never refused further down.
 
 use std::sync::Arc;
 

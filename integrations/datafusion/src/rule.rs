@@ -1,6 +1,6 @@
 //! [`ShardRepartitionRule`]: the physical optimizer rule that puts a
 //! [`ShardRepartitionExec`] where a `RepartitionExec` stands, and
-//! [`with_shard_repartition`], the one-line session helper.
+//! [`with_shard_repartition`], which adds the rule to a `SessionStateBuilder` in one line.
 
 use std::sync::Arc;
 

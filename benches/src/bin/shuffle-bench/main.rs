@@ -1,4 +1,4 @@
-//! `shuffle-bench`: the macro benchmark of arrow-shards (issue 7).
+//! `shuffle-bench`: the macro benchmark of arrow-shards.
 //!
 //! TPC-H lineitem, cut into chunks and hash-partitioned by `l_orderkey` before any timing, is
 //! written to a `ShardBuffer` shard by shard and read back partition by partition, with no

@@ -5,7 +5,7 @@
 //! Both go through the same kernels, one per flat kind: the array is matched once, then each
 //! value is pushed into buffers grown beforehand ([`OpenColumn::reserve`], by what the charge
 //! predicted), so a push never reallocates. A tagged copy thus costs one type dispatch per
-//! column per batch, not per range and column (`docs/benchmarks.md`, session 11).
+//! column per batch, not per range and column (`docs/benchmarks.md`, "The buffer on its own").
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{ByteArrayType, ByteViewType};

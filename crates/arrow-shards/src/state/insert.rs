@@ -219,7 +219,7 @@ impl State {
             Ok(()) => self.reservation.merge(charge.split(charged)),
             // The copy and the rest together need more than the whole limit, so no wait would
             // make room for both: the copy's charge is given back and the write charged as if
-            // it were not there (as before #30; it lives only until the ranges are copied),
+            // it were not there (it lives only until the ranges are copied),
             // rather than sent to disk: under a tiny budget (2 MiB, small_budget.rs in the
             // CLI's tests) a write's growth alone can be most of the limit.
             Err(Error::MemoryExhausted { limit, .. }) if more + charged > limit => {

@@ -26,9 +26,13 @@
 //!
 //! # Locking
 //! All of it lives in one `Mutex<State>` inside the buffer ([`crate::ShardBuffer`]). The lock is
-//! held only for bookkeeping: pushing or taking batches, the allocation set, the victim index,
-//! and growing or shrinking the reservation (an atomic on the pool, plus the pool's
-//! release-signal mutex when shrinking: lock order `State` -> `ReleaseSignal`). It is never held
+//! held for pushing or taking batches, the allocation set, the victim index, and growing or
+//! shrinking the reservation (an atomic on the pool, plus the pool's release-signal mutex when
+//! shrinking: lock order `State` -> `ReleaseSignal`), and also for copying: rows routed to an
+//! open batch are copied into it under the lock, and a full open batch is cut into a stored
+//! batch (its arrays built) under it. So the copies of small shards are serialized, and a second
+//! producer on the same buffer gains nothing while the first copies; moving the copies out of
+//! the lock is open work. It is never held
 //! across I/O, a spawn, a channel send or a wait, and nothing that may delete a file (a
 //! `SegmentRef`) is dropped under it: such values are handed out to be dropped after unlock.
 

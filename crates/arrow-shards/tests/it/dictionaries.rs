@@ -1,4 +1,4 @@
-//! Dictionary columns come back with their dictionaries as written (issue #30): wherever the
+//! Dictionary columns come back with their dictionaries as written: wherever the
 //! buffer concatenates (compaction's cut, the spill writer's coalescing, the merge's coalescing
 //! on read), a read batch's dictionary holds no value twice and keeps every value the written
 //! dictionaries held, used or not; and every row decodes to what was written, in order.

@@ -1,5 +1,5 @@
-//! How far reading a partition back takes the pool past its limit after a spilling write
-//! (issue #13, point 4). With 32 KiB segments and 8192-row read batches, one output batch spans
+//! How far reading a partition back takes the pool past its limit after a spilling write.
+//! With 32 KiB segments and 8192-row read batches, one output batch spans
 //! about ten segments; keeping all of them charged until the batch was handed over took the
 //! pool to 2.5x its 256 KiB limit. The bound checked here is the documented one
 //! (`docs/memory-accounting.md`, `Merger`'s memory section): one reader at a time and no writer

@@ -1,4 +1,4 @@
-//! One schema rule for every layer (issue 18): a batch the buffer accepts is accepted by the
+//! One schema rule for every layer: a batch the buffer accepts is accepted by the
 //! spill writer, by the spill reader and by the merge, as it is (not only after the buffer
 //! re-labelled it); a batch the buffer refuses is refused by each of them too.
 

@@ -364,7 +364,7 @@ fn try_write_alone_gets_in_after_the_spill_round_its_refusal_asked_for() {
 #[test]
 fn a_reordered_scatter_write_waiting_for_room_holds_its_copy_charged() {
     // Compaction off: the scatter write reorders its batch (one gather) and keeps the slices.
-    // While it waits for room, that copy exists, so the pool must count it (#30); dropping the
+    // While it waits for room, that copy exists, so the pool must count it; dropping the
     // write gives it back.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

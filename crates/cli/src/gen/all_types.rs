@@ -1,11 +1,11 @@
 //! `gen all-types`: a seeded table of 13 columns covering the Arrow types a shuffle must carry.
 //!
-//! Made for the small-budget tests of issue #31 (point 5): keys with nulls, a dictionary, nested
-//! list and struct columns, wide values (`large`, up to 300 bytes), and a unique `id` to check
-//! that every row comes back once. 100,000 rows (the default) are 25.6 MiB of Arrow buffers
-//! (about 35 MiB as the parquet reader allocates them back, `bytes_in` of a shuffle) and 7
-//! parquet row groups of at most [`ROW_GROUP_ROWS`] rows (18.7 MiB of zstd parquet: the random
-//! `large` strings barely compress).
+//! What the small-budget tests (`tests/it/small_budget.rs`) shuffle: keys with nulls, a
+//! dictionary, nested list and struct columns, wide values (`large`, up to 300 bytes), and a
+//! unique `id` to check that every row comes back once. 100,000 rows (the default) are
+//! 25.6 MiB of Arrow buffers (about 35 MiB as the parquet reader allocates them back,
+//! `bytes_in` of a shuffle) and 7 parquet row groups of at most [`ROW_GROUP_ROWS`] rows
+//! (18.7 MiB of zstd parquet: the random `large` strings barely compress).
 //!
 //! | column | type | values |
 //! |---|---|---|
@@ -40,8 +40,8 @@ use arrow_array::{
 };
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-/// Rows per parquet row group: 100,000 rows give 7 row groups (issue #31 asks for several
-/// row groups of a few MiB each, so a small budget meets more than one).
+/// Rows per parquet row group: 100,000 rows give 7 row groups (several row groups of a few
+/// MiB each, so a small budget meets more than one).
 pub(crate) const ROW_GROUP_ROWS: usize = 14_300;
 
 /// The seed of every row's stream.

@@ -1,5 +1,5 @@
 //! Shuffles of `gen all-types` (100,000 rows: 25.6 MiB of Arrow buffers, 35 MiB as the parquet
-//! reader allocates them) under a 2 MiB `--memory-limit`: issue #31, point 5.
+//! reader allocates them) under a 2 MiB `--memory-limit`.
 //!
 //! A budget far below the data must still finish, with every row back once, and must
 //! spill sensibly: the bytes the buffer counts as spilled are the data it wrote (within 10% at
@@ -16,7 +16,7 @@ use crate::util::{gen_all_types, json, read_parts, rows, shuffle};
 
 /// Rows of the generated input: the `gen all-types` default.
 const ROWS: u64 = 100_000;
-/// The smallest spill a run should make on average (issue #31): runs are bounded by the bytes
+/// The smallest spill a run should make on average: runs are bounded by the bytes
 /// written over this.
 const MIN_AVERAGE_SPILL: u64 = 64 * 1024;
 
@@ -58,7 +58,7 @@ fn shuffle_under_2_mib(keys: &str, partitions: u32) {
         run.status
     );
     let report = json(&run.stdout);
-    // shown with --nocapture: the figures issue #31 asks about
+    // shown with --nocapture: runs, bytes spilled and written per case
     eprintln!("--key {keys} --partitions {partitions}: {report}");
 
     assert_eq!(report["rows_in"], ROWS, "{report}");

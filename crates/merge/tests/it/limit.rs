@@ -1,7 +1,7 @@
 //! Reading under a pool limit: a read needs memory it may not wait for, so before a read that
 //! would pass the limit the rows buffered so far come out as a shorter batch, and a merge never
-//! holds more than one segment past the limit (issue #13: coalescing 8192-row batches out of
-//! 32 KiB segments used to keep about ten of them charged).
+//! holds more than one segment past the limit (coalescing 8192-row batches out of 32 KiB
+//! segments would otherwise keep about ten of them charged).
 
 use std::sync::Arc;
 

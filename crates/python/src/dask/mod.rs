@@ -1,4 +1,4 @@
-//! The per-byte work of `arrow_shards.dask`'s P2P runs, in Rust (issue #35).
+//! The per-byte work of `arrow_shards.dask`'s P2P runs, in Rust.
 //!
 //! Dask's P2P DataFrame shuffle copies every byte several times with the GIL held: the send
 //! side's split of an input partition by worker and its IPC serialisation, and on output the

@@ -17,7 +17,7 @@ Dask's, inherited):
   the caller's own use; once the frame is gone, a further read raises ``AlreadyReadError``.
 - ``close``: closes the buffer too (its spill directories are removed).
 
-And the per-byte steps around the buffer are Rust calls with the GIL released (issue #35):
+And the per-byte steps around the buffer are Rust calls with the GIL released:
 - ``_shard_partition`` (the send side): Dask's frame split by worker and written as one IPC
   stream per worker in one call (``_split.Splitter``; a frame it does not apply to, such as a
   non-integer partition column, takes Dask's own split).

@@ -49,7 +49,7 @@ class Settings:
         """The ``arrow-shards.*`` config of this process (``DASK_ARROW_SHARDS__...`` too).
 
         A key missing from the config takes its default: code that resets ``dask.config.config``
-        to a copy made before this module was imported (distributed's test helpers do, before
+        to a copy made before this module was imported (distributed's test utilities do, before
         each test cluster) drops the defaults installed above."""
 
         def get(key: str) -> Any:
