@@ -52,8 +52,8 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
 /// against its type but skips a full validation pass over the values (UTF-8 of every string,
 /// every offset), which would read all the data once more on every write; an invalid array from
 /// a producer is that producer's bug, as it is for pyarrow's own import. An object that only
-/// exports `__arrow_c_array__` is imported with that full validation (the workspace forbids
-/// `unsafe`, and skipping it on that path needs an `unsafe` call).
+/// exports `__arrow_c_array__` is imported with that full validation (skipping it on that
+/// path needs an `unsafe` call, which the workspace keeps out of this crate).
 pub(crate) fn import_data(value: &Bound<'_, PyAny>) -> PyResult<Data> {
     let py = value.py();
     if value.hasattr(intern!(py, "__arrow_c_stream__"))? {

@@ -131,8 +131,8 @@ pub(crate) fn _dask_split<'py>(
 }
 
 /// `bytes` as a `pyarrow.Buffer` without a copy: the values of a `uint8` array exported
-/// through the C data interface (the workspace forbids the `unsafe` a buffer protocol of our
-/// own would need). pyarrow frees it through the array's release callback.
+/// through the C data interface (the workspace keeps `unsafe` to one audited module of the spill
+/// crate; a buffer protocol of our own would need it here). pyarrow frees it through the array's release callback.
 fn buffer_to_py(py: Python<'_>, bytes: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
     let array = array_to_py(py, UInt8Array::from(bytes).into_data())?;
     array.call_method0(intern!(py, "buffers"))?.get_item(1)
