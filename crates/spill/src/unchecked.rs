@@ -19,7 +19,7 @@
 //! - [`CopiedViews`]: the views and one data buffer of a `Utf8View`/`BinaryView` column, filled
 //!   the same way: a short view is copied as it is, a long value's bytes are copied into the
 //!   data buffer and its view rewritten to point there (same length and prefix).
-//! - [`segment_decoder`]: the IPC decoder for a segment's bytes, without validation only for a
+//! - [`SegmentDecoder`]: decodes a segment's IPC messages, without validation only for a
 //!   segment this process wrote (its `SegmentRef`) and only after its CRC32C matched
 //!   (`decode/`); bytes from anywhere else are validated as always.
 //!
@@ -37,10 +37,14 @@ use arrow_array::types::{ByteArrayType, ByteViewType};
 use arrow_array::{
     Array, ArrayRef, GenericByteArray, GenericByteViewArray, OffsetSizeTrait, RecordBatch,
 };
-use arrow_buffer::{ArrowNativeType, MutableBuffer, NullBuffer};
-use arrow_data::{ArrayData, ArrayDataBuilder, ByteView};
-use arrow_ipc::reader::StreamDecoder;
-use arrow_schema::{ArrowError, DataType};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_buffer::{ArrowNativeType, Buffer, MutableBuffer, NullBuffer};
+use arrow_data::{ArrayData, ArrayDataBuilder, ByteView, UnsafeFlag};
+use arrow_ipc::MessageHeader;
+use arrow_ipc::reader::{RecordBatchDecoder, read_dictionary_impl};
+use arrow_schema::{ArrowError, DataType, Schema, SchemaRef};
 
 /// The offsets and values of a byte column being filled from valid arrays (see the module
 /// docs), built into an array without validating it again ([`finish`](Self::finish)).
@@ -304,11 +308,7 @@ impl CopiedViews {
 /// Appends one view of a valid array whose data buffers are `buffers`: a short one as it is, a
 /// long one's bytes copied to the end of `target.data`, its view pointing there.
 #[inline]
-fn push_view(
-    target: &mut CopiedViews,
-    buffers: &[arrow_buffer::Buffer],
-    view: u128,
-) -> Result<(), ArrowError> {
+fn push_view(target: &mut CopiedViews, buffers: &[Buffer], view: u128) -> Result<(), ArrowError> {
     let length = view as u32;
     if length <= 12 {
         target.views.push(view);
@@ -371,25 +371,125 @@ fn build(
     Ok(arrow_array::make_array(data))
 }
 
-/// The IPC decoder for one segment's messages. Validation is skipped only when
-/// `written_here`: the segment was written by this process's `RunWriter` from valid arrays
-/// (its `SegmentRef` says so) and its bytes were checked against the CRC32C computed then
-/// before any reaches the decoder (`decode/mod.rs`, both passes); `check_decoded` then
-/// validates its batches fully in debug builds. Any other bytes (the fuzz targets' forged
-/// payloads) are validated by arrow-ipc as usual.
-pub(crate) fn segment_decoder(written_here: bool) -> StreamDecoder {
-    let decoder = StreamDecoder::new();
-    if written_here {
-        // SAFETY: the caller decodes with it only bytes that match, CRC32C for CRC32C, what
-        // this process's writer encoded from valid arrays (`IndexEntry::written_here`).
-        unsafe { decoder.with_skip_validation(true) }
-    } else {
-        decoder
+/// Decodes one segment's IPC messages, one at a time, as the verifying pass split them
+/// (`decode/verify.rs`): a schema, dictionaries, record batches, the end marker. Validation is
+/// skipped only when `written_here`: the segment was written by this process's `RunWriter` from
+/// valid arrays (its `SegmentRef` says so) and each body was checked against the CRC32C
+/// computed then before it reaches [`decode`](Self::decode) (`decode/mod.rs`, both passes);
+/// [`check_decoded`] then validates its batches fully in debug builds. Any other bytes (the
+/// fuzz targets' forged payloads) are validated by arrow-ipc as usual.
+///
+/// Our own message loop rather than arrow-ipc's `StreamDecoder`: its `with_skip_validation`
+/// reaches dictionaries but not record batches (arrow-ipc 60.1, `reader/stream.rs`), which were
+/// still validated, UTF-8 of every string included.
+#[derive(Debug)]
+pub(crate) struct SegmentDecoder {
+    schema: Option<SchemaRef>,
+    dictionaries: HashMap<i64, ArrayRef>,
+    skip_validation: UnsafeFlag,
+    ended: bool,
+}
+
+impl SegmentDecoder {
+    pub(crate) fn new(written_here: bool) -> Self {
+        let mut skip_validation = UnsafeFlag::new();
+        if written_here {
+            // SAFETY: the flag is set only for a segment this process's writer encoded from
+            // valid arrays (`IndexEntry::written_here`), and `decode/mod.rs` hands `decode` only
+            // messages whose bytes matched, CRC32C for CRC32C, what that writer wrote.
+            unsafe { skip_validation.set(true) };
+        }
+        Self {
+            schema: None,
+            dictionaries: HashMap::new(),
+            skip_validation,
+            ended: false,
+        }
+    }
+
+    /// The schema the stream declared, once its schema message was decoded.
+    pub(crate) fn schema(&self) -> Option<SchemaRef> {
+        self.schema.clone()
+    }
+
+    /// Whether the end-of-stream marker was decoded.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Decodes one message: `meta` is its 8-byte prefix and flatbuffer, `body` its body; a
+    /// record batch message gives its batch.
+    pub(crate) fn decode(
+        &mut self,
+        meta: &[u8],
+        body: &Buffer,
+    ) -> Result<Option<RecordBatch>, ArrowError> {
+        let Some(flatbuffer) = meta.get(8..).filter(|f| !f.is_empty()) else {
+            self.ended = true;
+            return Ok(None);
+        };
+        if self.ended {
+            return Err(ArrowError::IpcError(
+                "a message after the end of the stream".into(),
+            ));
+        }
+        let message = arrow_ipc::root_as_message(flatbuffer)
+            .map_err(|e| ArrowError::IpcError(format!("unable to read a message: {e:?}")))?;
+        let version = message.version();
+        let missing = || ArrowError::IpcError("a batch before the schema".into());
+        let header = || ArrowError::IpcError("a message without its header".into());
+        match message.header_type() {
+            MessageHeader::Schema => {
+                let schema = message.header_as_schema().ok_or_else(header)?;
+                self.schema = Some(Arc::new(schema_of(schema)?));
+                self.dictionaries.clear();
+            }
+            MessageHeader::DictionaryBatch => {
+                let dictionary = message.header_as_dictionary_batch().ok_or_else(header)?;
+                let schema = self.schema.as_deref().ok_or_else(missing)?;
+                read_dictionary_impl(
+                    body,
+                    dictionary,
+                    schema,
+                    &mut self.dictionaries,
+                    &version,
+                    false,
+                    self.skip_validation.clone(),
+                )?;
+            }
+            MessageHeader::RecordBatch => {
+                let batch = message.header_as_record_batch().ok_or_else(header)?;
+                let schema = self.schema.clone().ok_or_else(missing)?;
+                let decoded =
+                    RecordBatchDecoder::try_new(body, batch, schema, &self.dictionaries, &version)?
+                        .with_require_alignment(false)
+                        .with_skip_validation(self.skip_validation.clone())
+                        .read_record_batch()?;
+                check_decoded(&decoded)?;
+                return Ok(Some(decoded));
+            }
+            MessageHeader::NONE => {}
+            other => {
+                return Err(ArrowError::IpcError(format!(
+                    "a message of type {other:?} in a segment"
+                )));
+            }
+        }
+        Ok(None)
     }
 }
 
-/// In debug builds, validates every column of a batch decoded by [`segment_decoder`] fully.
-pub(crate) fn check_decoded(batch: &RecordBatch) -> Result<(), ArrowError> {
+/// The schema of a schema message (arrow-ipc 60 checks it; 59 panics on a bad one, which the
+/// decoder's `catch_unwind` turns into a `Corrupt` error).
+fn schema_of(schema: arrow_ipc::Schema<'_>) -> Result<Schema, ArrowError> {
+    #[cfg(feature = "arrow_60")]
+    return arrow_ipc::convert::try_fb_to_schema(schema);
+    #[cfg(not(feature = "arrow_60"))]
+    return Ok(arrow_ipc::convert::fb_to_schema(schema));
+}
+
+/// In debug builds, validates every column of a batch decoded by a [`SegmentDecoder`] fully.
+fn check_decoded(batch: &RecordBatch) -> Result<(), ArrowError> {
     if cfg!(debug_assertions) {
         for column in batch.columns() {
             column.to_data().validate_full()?;

@@ -42,7 +42,7 @@ use arrow_schema::{ArrowError, Schema, SchemaRef};
 use crate::ipc_checks::{check_message, check_schema_message};
 use crate::panic::panic_message;
 use crate::schema::{check_schema, conform_batch};
-use crate::unchecked::{check_decoded, segment_decoder};
+use crate::unchecked::SegmentDecoder;
 
 use source::corrupt;
 pub(crate) use source::{Fault, IndexEntry, Source};
@@ -126,7 +126,7 @@ fn decode_messages<S: Source + ?Sized>(
     written_here: bool,
 ) -> Result<Decoded, Fault> {
     let arrow = |e: ArrowError| corrupt(format!("ipc decode failed: {e}"));
-    let mut decoder = segment_decoder(written_here);
+    let mut decoder = SegmentDecoder::new(written_here);
     let mut batches = Vec::new();
     for message in messages {
         let body = if message.body_len == 0 {
@@ -145,16 +145,13 @@ fn decode_messages<S: Source + ?Sized>(
             body.into()
         };
         check_before_decoding(&message.meta, &body, decoder.schema().as_deref())?;
-        for mut buffer in [message.meta, body] {
-            while !buffer.is_empty() {
-                if let Some(batch) = decoder.decode(&mut buffer).map_err(arrow)? {
-                    check_decoded(&batch).map_err(arrow)?;
-                    batches.push(batch);
-                }
-            }
+        if let Some(batch) = decoder.decode(&message.meta, &body).map_err(arrow)? {
+            batches.push(batch);
         }
     }
-    decoder.finish().map_err(arrow)?;
+    if !decoder.ended() {
+        return Err(corrupt("ipc stream has no end marker"));
+    }
     let schema = decoder
         .schema()
         .ok_or_else(|| corrupt("ipc stream has no schema"))?;
