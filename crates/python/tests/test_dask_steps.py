@@ -220,6 +220,8 @@ def test_rich_frame_has_the_listed_dtypes():
     df = rich_frame(rows=10)
     assert isinstance(df["dec"].dtype, pd.ArrowDtype)
     assert isinstance(df["dec"].iloc[0], decimal.Decimal)
+    quantities = rich_frame(rows=2000)["qty"]
+    assert quantities.isna().any() and quantities.nunique() == 50
     assert isinstance(df["day"].dtype, pd.ArrowDtype)
     assert len(df["c"].cat.categories) > df["c"].nunique()
 
@@ -356,13 +358,16 @@ def test_output_dtypes_meta_keeps_metas_arrow_dtypes():
     dasks = to_pandas(ordered, meta, "k", False)
     kept = to_pandas(ordered, meta, "k", False, arrow_dtypes=True)
     arrow = [c for c, t in meta.dtypes.items() if isinstance(t, pd.ArrowDtype)]
-    assert {"day", "dec"} <= set(arrow)
+    assert {"day", "dec", "qty"} <= set(arrow)
     # Dask's own conversion: decimals become Python objects (dates are restored from the
     # pandas metadata); the opt-in keeps every Arrow dtype of meta
     assert dasks["dec"].dtype == object and dasks["day"].dtype == meta["day"].dtype
     for column in arrow:
         assert kept[column].dtype == meta[column].dtype
-        assert kept[column].tolist() == dasks[column].tolist()
+        # a null is pd.NA in an Arrow dtype, None among Dask's objects
+        assert kept[column].astype(object).where(kept[column].notna(), None).tolist() == (
+            dasks[column].tolist()
+        )
     others = [c for c in meta.columns if c not in arrow]
     pd.testing.assert_frame_equal(kept[others], dasks[others])
     # an index of an Arrow type whose meta dtype is not Arrow keeps Dask's dtype
