@@ -390,3 +390,44 @@ def test_output_dtypes_setting_is_checked():
         with pytest.raises(ValueError, match="output-dtypes 'pyarrow'"):
             Settings.from_config()
     assert Settings.from_config().output_dtypes == "dask"
+
+
+def test_read_stall_timeout_setting_is_checked_and_reaches_the_buffers(monkeypatch, tmp_path):
+    import datetime
+
+    from arrow_shards.dask import ShufflePlugin, _receive
+    from arrow_shards.dask._settings import Settings
+
+    assert Settings.from_config().read_stall_seconds() is None  # the buffers' default
+    for given, want in [("90s", 90.0), (2.5, 2.5), (0, 0.0),
+                        (datetime.timedelta(minutes=2), 120.0)]:
+        with dask.config.set({"arrow-shards.read-stall-timeout": given}):
+            assert Settings.from_config().read_stall_seconds() == want
+    for bad in [-1, float("nan"), float("inf"), "soon", "-1s", 1e10, True, [1]]:
+        with pytest.raises(ValueError, match="read_stall_timeout"):
+            ShufflePlugin(read_stall_timeout=bad)
+        with dask.config.set({"arrow-shards.read-stall-timeout": bad}):
+            with pytest.raises(ValueError, match="read-stall-timeout"):
+                Settings.from_config()
+    # a worker's receive buffers build their ShardBuffers with it
+    made = []
+
+    real = _receive.ShardBuffer
+
+    def recording(*args, **kwargs):
+        made.append(kwargs.get("read_stall_timeout"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_receive, "ShardBuffer", recording)
+    from types import SimpleNamespace
+
+    from arrow_shards.dask._worker import WorkerState
+
+    worker = SimpleNamespace(memory_manager=SimpleNamespace(memory_limit=2**30),
+                             local_directory=str(tmp_path))
+    with dask.config.set({"arrow-shards.read-stall-timeout": "1500ms"}):
+        state = WorkerState(worker, Settings.from_config())
+    buffer = state.make_buffer(2)
+    buffer.write(pa.table({"a": [1, 2]}), pa.array([0, 1], pa.uint32()))
+    buffer.close()
+    assert made == [1.5]
