@@ -131,7 +131,8 @@ def placeholders(
     (``None``: no column replaced). ``mapper``: the types mapper of the conversion (``None``:
     Dask's default, which maps no decimal type)."""
     positions = _candidates(table, mapper)
-    if not positions:
+    if not positions or len(set(table.column_names)) < table.num_columns:
+        # (with a name twice, which column the frame holds where is not certain)
         return table, None
     index_names = _index_names(table)
     # a data column's position in the frame: pyarrow takes the index columns out and keeps
