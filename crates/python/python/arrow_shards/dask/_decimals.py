@@ -50,8 +50,8 @@ def pays(array: pa.Array) -> bool:
     few; with ``d`` distinct values held evenly (``c_i = n / d``) that is
     ``m * m * (n / d - 1) / (2 * n)``. So ``r >= m * m / (2 * n)`` says ``d <= n / 2``; an
     all-distinct column repeats nothing. A column whose counts are uneven has more pairs than
-    an even one with the same ``d``, and goes through its dictionary sooner (its dictionary is
-    dominated by a few frequent values)."""
+    an even one with the same ``d``, and goes through its dictionary sooner: most of its rows
+    hold a few frequent values, which the dictionary turns into few objects."""
     rows = len(array)
     valid = rows - array.null_count
     if valid <= MIN_SAMPLE_ROWS:
