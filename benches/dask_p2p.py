@@ -2,6 +2,7 @@
 
     .venv/bin/python benches/dask_p2p.py LINEITEM.parquet [--runs 3] [--partitions 64 1024]
         [--row-groups N] [--fits 1536MiB] [--spills 350MiB] [--meta] [--threads 1]
+        [--table lineitem|plain] [--rows 6001215]
 
 A ``LocalCluster`` of 2 worker processes x ``--threads`` threads (default 1), 4 GiB each. Each
 run reads the lineitem table with ``dd.read_parquet`` (the first N row groups, default all;
@@ -14,18 +15,29 @@ workers, and above the worker's RSS before the run). Prints every run, then the 
 ``--meta`` adds a fourth case: the "fits" budget with ``output_dtypes="meta"`` (lineitem's
 decimal columns come back as their Arrow dtype instead of Python ``Decimal`` objects; its dates
 are Arrow in both; not Dask's dtypes, so not comparable row for row, see docs/dask.md).
+
+``--table plain``: the parquet path names a generated table without decimals instead, made
+there first if the file does not exist (``make_plain_table``): lineitem's 16 columns and
+``--rows`` rows (default SF 1's 6,001,215, in row groups of 131,072 rows as ``arrow-shards gen
+lineitem`` writes them), with float64 money columns, timestamps for the dates, short strings,
+and a high-cardinality ``l_comment`` string; deterministic (seed 0). It shows the shuffle where
+Dask's conversion to pandas is cheap (no ``Decimal`` objects).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
 
 import dask
 import dask.dataframe as dd
+import numpy as np
 import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 from distributed import Client, LocalCluster
 
 import arrow_shards.dask as asd
@@ -52,6 +64,73 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         return self.peak, self.base
+
+
+#: SF 1 lineitem's rows, and the rows per row group ``arrow-shards gen lineitem`` writes.
+LINEITEM_ROWS = 6_001_215
+ROW_GROUP_ROWS = 131_072
+
+
+def random_strings(rng: np.random.Generator, count: int, shortest: int, longest: int) -> pa.Array:
+    """``count`` random lower-case strings of ``shortest`` to ``longest`` characters (with
+    spaces), built as Arrow buffers directly (no Python string per value)."""
+    lengths = rng.integers(shortest, longest + 1, count)
+    offsets = np.zeros(count + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", np.uint8)
+    data = alphabet[rng.integers(0, len(alphabet), int(offsets[-1]))]
+    return pa.Array.from_buffers(
+        pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
+def plain_row_group(rng: np.random.Generator, first: int, count: int) -> pa.Table:
+    """Rows ``first`` to ``first + count`` of the generated table: lineitem's columns, no
+    decimals."""
+    rows = np.arange(first, first + count, dtype=np.int64)
+    quantity = rng.integers(1, 51, count).astype(np.float64)
+    price = np.round(quantity * rng.integers(90_000, 210_000, count) / 100, 2)
+    day = np.datetime64("1992-01-01", "us")
+    ship = day + rng.integers(0, 2_500, count).astype("timedelta64[D]")
+    commit = ship + rng.integers(-60, 60, count).astype("timedelta64[D]")
+    receipt = ship + rng.integers(1, 31, count).astype("timedelta64[D]")
+
+    def pick(values: list[str]) -> pa.Array:
+        return pa.DictionaryArray.from_arrays(
+            pa.array(rng.integers(0, len(values), count).astype(np.int8)), pa.array(values)
+        ).cast(pa.string())
+
+    return pa.table({
+        "l_orderkey": rows // 4 * 4 + 1,  # 4 lines an order
+        "l_partkey": rng.integers(1, 200_001, count),
+        "l_suppkey": rng.integers(1, 10_001, count),
+        "l_linenumber": (rows % 4 + 1).astype(np.int32),
+        "l_quantity": quantity,
+        "l_extendedprice": price,
+        "l_discount": rng.integers(0, 11, count) / 100,
+        "l_tax": rng.integers(0, 9, count) / 100,
+        "l_returnflag": pick(["A", "N", "R"]),
+        "l_linestatus": pick(["F", "O"]),
+        "l_shipdate": pa.array(ship, pa.timestamp("us")),
+        "l_commitdate": pa.array(commit, pa.timestamp("us")),
+        "l_receiptdate": pa.array(receipt, pa.timestamp("us")),
+        "l_shipinstruct": pick(["DELIVER IN PERSON", "COLLECT COD", "NONE", "TAKE BACK RETURN"]),
+        "l_shipmode": pick(["REG AIR", "AIR", "RAIL", "SHIP", "TRUCK", "MAIL", "FOB"]),
+        "l_comment": random_strings(rng, count, 10, 43),
+    })
+
+
+def make_plain_table(path: str, rows: int = LINEITEM_ROWS) -> None:
+    """Writes the generated table (see the module docs) to ``path``, through a temporary file
+    next to it (renamed at the end, so a stopped run leaves no partial table)."""
+    rng = np.random.default_rng(0)
+    temporary = f"{path}.partial"
+    schema = plain_row_group(np.random.default_rng(0), 0, 0).schema
+    with pq.ParquetWriter(temporary, schema) as writer:
+        for first in range(0, rows, ROW_GROUP_ROWS):
+            count = min(ROW_GROUP_ROWS, rows - first)
+            writer.write_table(plain_row_group(rng, first, count), row_group_size=count)
+    os.replace(temporary, path)
 
 
 def one_run(client, path, row_groups, partitions, case, budgets) -> tuple[float, int, int, int, int]:
@@ -94,7 +173,17 @@ def main() -> None:
     parser.add_argument("--spills", default="350MiB")
     parser.add_argument("--meta", action="store_true")
     parser.add_argument("--threads", type=int, default=1, help="threads per worker")
+    parser.add_argument(
+        "--table", choices=["lineitem", "plain"], default="lineitem",
+        help="plain: the parquet path is a generated table without decimals (made if missing)",
+    )
+    parser.add_argument("--rows", type=int, default=LINEITEM_ROWS,
+                        help="rows of the generated table (--table plain)")
     args = parser.parse_args()
+    if args.table == "plain" and not os.path.exists(args.parquet):
+        print(f"generating {args.rows} rows without decimals into {args.parquet}", flush=True)
+        make_plain_table(args.parquet, args.rows)
+    print(f"table: {args.table} ({args.parquet})", flush=True)
     budgets = {
         "arrow-shards fits": (args.fits, "dask"),
         "arrow-shards spills": (args.spills, "dask"),

@@ -57,6 +57,10 @@ use crate::reader::{Batches, PartitionBatches};
 ///   Default: "none".
 /// - `write_timeout`: seconds (or a `timedelta`) a write may wait for memory. Default: none
 ///   (wait for the spiller with spilling on; fail at once with it off).
+/// - `read_stall_timeout`: seconds (or a `timedelta`) a read of a spilled segment may wait for
+///   room in the pool with nothing released before it fails with `MemoryExhaustedError`
+///   (reads wait for room instead of passing the limit; one reader at a time may overdraw by
+///   a segment, so reading always goes on). Default: 60 (`DEFAULT_READ_STALL_TIMEOUT`).
 /// - `read_batch_rows`: rows per batch handed out by reads (small batches are coalesced;
 ///   0: as written). Default: 8192.
 /// - `spill_threshold`, `spill_target`: fractions of the limit at which spilling starts and
@@ -260,6 +264,7 @@ impl PyShardBuffer {
             spill_dir = None,
             compression = "none",
             write_timeout = None,
+            read_stall_timeout = None,
             read_batch_rows = None,
             spill_threshold = None,
             spill_target = None,
@@ -272,7 +277,7 @@ impl PyShardBuffer {
         ),
         text_signature = "(schema, num_partitions, *, memory_limit=None, memory_pool=None, \
             spill=True, spill_dir=None, compression='none', write_timeout=None, \
-            read_batch_rows=8192, spill_threshold=0.8, spill_target=0.6, \
+            read_stall_timeout=60.0, read_batch_rows=8192, spill_threshold=0.8, spill_target=0.6, \
             max_spill_round_bytes='64MiB', spill_segment_bytes='4MiB', \
             spill_file_bytes='1GiB', compact_target_rows=8192, compact_target_bytes='4MiB', \
             sweep_on_build=True)"
@@ -291,6 +296,7 @@ impl PyShardBuffer {
         spill_dir: Option<PathBuf>,
         compression: &str,
         write_timeout: Option<Bound<'_, PyAny>>,
+        read_stall_timeout: Option<Bound<'_, PyAny>>,
         read_batch_rows: Option<Bound<'_, PyAny>>,
         spill_threshold: Option<f64>,
         spill_target: Option<f64>,
@@ -309,6 +315,7 @@ impl PyShardBuffer {
             spill_dir,
             compression: compression.to_owned(),
             write_timeout,
+            read_stall_timeout,
             read_batch_rows,
             spill_threshold,
             spill_target,

@@ -196,11 +196,31 @@ pub(crate) fn arrow_to_py(py: Python<'_>, error: ArrowError) -> PyErr {
             );
         }
         if let Some(merge) = inner.downcast_ref::<MergeError>() {
-            let class = match merge {
-                MergeError::ReadTask { .. } => "SpillError",
-                _ => "InternalError",
+            let int = |v: usize| (v as u64).into_pyobject(py).map(Bound::into_any);
+            return match merge {
+                MergeError::ReadTask { .. } => {
+                    raise(py, "SpillError", merge.to_string(), Vec::new())
+                }
+                // the read waited `read_stall_timeout` for memory: the pool is exhausted, as
+                // when a write's `write_timeout` passes
+                MergeError::ReadStalled {
+                    bytes,
+                    reserved,
+                    limit,
+                    ..
+                } => {
+                    let attributes = [
+                        ("needed", *bytes),
+                        ("reserved", *reserved),
+                        ("limit", *limit),
+                    ]
+                    .into_iter()
+                    .filter_map(|(name, v)| int(v).ok().map(|v| (name, v)))
+                    .collect();
+                    raise(py, "MemoryExhaustedError", merge.to_string(), attributes)
+                }
+                _ => raise(py, "InternalError", merge.to_string(), Vec::new()),
             };
-            return raise(py, class, merge.to_string(), Vec::new());
         }
         // Something else boxed (an I/O error from a reader): say what, with its source chain.
         let mut message = inner.to_string();

@@ -46,6 +46,10 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("DEFAULT_SPILL_TARGET", arrow_shards::DEFAULT_SPILL_TARGET)?;
     m.add(
+        "DEFAULT_READ_STALL_TIMEOUT",
+        arrow_shards::DEFAULT_READ_STALL_TIMEOUT.as_secs_f64(),
+    )?;
+    m.add(
         "DEFAULT_MAX_SPILL_ROUND_BYTES",
         arrow_shards::DEFAULT_MAX_SPILL_ROUND_BYTES,
     )?;

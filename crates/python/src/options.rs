@@ -25,6 +25,7 @@ pub(crate) struct Settings<'py> {
     pub(crate) spill_dir: Option<PathBuf>,
     pub(crate) compression: String,
     pub(crate) write_timeout: Option<Bound<'py, PyAny>>,
+    pub(crate) read_stall_timeout: Option<Bound<'py, PyAny>>,
     pub(crate) read_batch_rows: Option<Bound<'py, PyAny>>,
     pub(crate) spill_threshold: Option<f64>,
     pub(crate) spill_target: Option<f64>,
@@ -76,6 +77,10 @@ impl Settings<'_> {
         builder = builder.with_compression(compression(py, &self.compression)?);
         if let Some(timeout) = &self.write_timeout {
             builder = builder.with_write_timeout(duration("write_timeout", timeout)?);
+        }
+        if let Some(timeout) = &self.read_stall_timeout {
+            builder =
+                builder.with_read_stall_timeout(Some(duration("read_stall_timeout", timeout)?));
         }
         if let Some(rows) = &self.read_batch_rows {
             builder = builder.with_read_batch_rows(count("read_batch_rows", rows)?);
@@ -157,32 +162,44 @@ fn non_negative(setting: &str, value: &Bound<'_, PyAny>, what: &str) -> PyResult
     })
 }
 
-/// A duration: seconds as an int or float, or a `datetime.timedelta`.
+/// The longest timeout, in seconds (about 31 years): the waits add a timeout to the current
+/// `Instant`, which a much longer one would overflow (a panic, not an error).
+const MAX_TIMEOUT_SECS: f64 = 1e9;
+
+/// A duration: seconds as an int or float, or a `datetime.timedelta`, in
+/// `[0, MAX_TIMEOUT_SECS]` (NaN, negative, infinite or longer: a `ConfigError`).
 fn duration(setting: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
     let py = value.py();
-    if value.is_instance_of::<PyFloat>()
-        || (value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>())
-    {
-        let seconds: f64 = value.extract()?;
-        return Duration::try_from_secs_f64(seconds).map_err(|_| {
-            config_error(
+    let number = value.is_instance_of::<PyFloat>()
+        || (value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>());
+    let timedelta = py.import("datetime")?.getattr("timedelta")?;
+    let seconds: Option<f64> = if number {
+        // an int too large for a float: out of range like an infinite one
+        value.extract::<f64>().ok()
+    } else if value.is_instance(&timedelta)? {
+        Some(value.call_method0("total_seconds")?.extract::<f64>()?)
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "{setting} must be seconds (int or float) or a datetime.timedelta, got {}",
+            value.get_type().name()?
+        )));
+    };
+    match seconds {
+        Some(s) if (0.0..=MAX_TIMEOUT_SECS).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        _ => {
+            let shown = match seconds {
+                Some(s) => s.to_string(),
+                None => value.str()?.to_string(),
+            };
+            Err(config_error(
                 py,
                 format!(
-                    "{setting} = {seconds} is invalid: must be a finite number of seconds >= 0"
+                    "{setting} = {shown} is invalid: must be a finite number of seconds >= 0 \
+                     (at most 1e9)"
                 ),
-            )
-        });
+            ))
+        }
     }
-    value.extract::<Duration>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{setting} must be seconds (int or float) or a datetime.timedelta, got {}",
-            value
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })
 }
 
 /// `"none"`, `"lz4"`, `"zstd"` (level 1, as the CLI) or `"zstd:LEVEL"`.

@@ -36,7 +36,8 @@ def frame(rows: int = 2_000, seed: int = 0) -> pd.DataFrame:
 
 def rich_frame(rows: int = 2_000, seed: int = 0) -> pd.DataFrame:
     """``frame``'s columns with categoricals that have unused categories, and Arrow decimals
-    and dates (lineitem's types)."""
+    (mostly distinct, and 50 values with nulls, as lineitem's price and quantity) and dates
+    (lineitem's types)."""
     import pyarrow as pa
 
     df = frame(rows, seed)
@@ -48,6 +49,13 @@ def rich_frame(rows: int = 2_000, seed: int = 0) -> pd.DataFrame:
     df["dec"] = pd.array(
         pa.array([decimal.Decimal(int(v)).scaleb(-2) for v in cents], pa.decimal128(12, 2)),
         dtype=pd.ArrowDtype(pa.decimal128(12, 2)),
+    )
+    quantities = [
+        None if i % 17 == 0 else decimal.Decimal(int(v)).scaleb(-2)
+        for i, v in enumerate(rng.integers(100, 5100, rows) // 100 * 100)
+    ]
+    df["qty"] = pd.array(
+        pa.array(quantities, pa.decimal128(15, 2)), dtype=pd.ArrowDtype(pa.decimal128(15, 2))
     )
     days = pa.array(rng.integers(8000, 11000, rows).astype("int32"), pa.int32()).cast(pa.date32())
     df["day"] = pd.array(days, dtype=pd.ArrowDtype(pa.date32()))

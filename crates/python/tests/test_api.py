@@ -67,6 +67,7 @@ def test_documented_defaults_are_the_rust_defaults() -> None:
     assert size(defaults["spill_segment_bytes"]) == arrow_shards.DEFAULT_SPILL_SEGMENT_BYTES
     assert size(defaults["spill_file_bytes"]) == arrow_shards.DEFAULT_SPILL_FILE_BYTES
     assert defaults["compact_target_rows"] == arrow_shards.DEFAULT_COMPACT_TARGET_ROWS
+    assert defaults["read_stall_timeout"] == arrow_shards.DEFAULT_READ_STALL_TIMEOUT == 60.0
     assert size(defaults["compact_target_bytes"]) == arrow_shards.DEFAULT_COMPACT_TARGET_BYTES
     assert (defaults["memory_limit"], defaults["spill"], defaults["compression"]) == (None, True, "none")
     # Passing the documented defaults is the same as passing nothing.

@@ -220,6 +220,8 @@ def test_rich_frame_has_the_listed_dtypes():
     df = rich_frame(rows=10)
     assert isinstance(df["dec"].dtype, pd.ArrowDtype)
     assert isinstance(df["dec"].iloc[0], decimal.Decimal)
+    quantities = rich_frame(rows=2000)["qty"]
+    assert quantities.isna().any() and quantities.nunique() == 50
     assert isinstance(df["day"].dtype, pd.ArrowDtype)
     assert len(df["c"].cat.categories) > df["c"].nunique()
 
@@ -356,13 +358,16 @@ def test_output_dtypes_meta_keeps_metas_arrow_dtypes():
     dasks = to_pandas(ordered, meta, "k", False)
     kept = to_pandas(ordered, meta, "k", False, arrow_dtypes=True)
     arrow = [c for c, t in meta.dtypes.items() if isinstance(t, pd.ArrowDtype)]
-    assert {"day", "dec"} <= set(arrow)
+    assert {"day", "dec", "qty"} <= set(arrow)
     # Dask's own conversion: decimals become Python objects (dates are restored from the
     # pandas metadata); the opt-in keeps every Arrow dtype of meta
     assert dasks["dec"].dtype == object and dasks["day"].dtype == meta["day"].dtype
     for column in arrow:
         assert kept[column].dtype == meta[column].dtype
-        assert kept[column].tolist() == dasks[column].tolist()
+        # a null is pd.NA in an Arrow dtype, None among Dask's objects
+        assert kept[column].astype(object).where(kept[column].notna(), None).tolist() == (
+            dasks[column].tolist()
+        )
     others = [c for c in meta.columns if c not in arrow]
     pd.testing.assert_frame_equal(kept[others], dasks[others])
     # an index of an Arrow type whose meta dtype is not Arrow keeps Dask's dtype
@@ -385,3 +390,44 @@ def test_output_dtypes_setting_is_checked():
         with pytest.raises(ValueError, match="output-dtypes 'pyarrow'"):
             Settings.from_config()
     assert Settings.from_config().output_dtypes == "dask"
+
+
+def test_read_stall_timeout_setting_is_checked_and_reaches_the_buffers(monkeypatch, tmp_path):
+    import datetime
+
+    from arrow_shards.dask import ShufflePlugin, _receive
+    from arrow_shards.dask._settings import Settings
+
+    assert Settings.from_config().read_stall_seconds() is None  # the buffers' default
+    for given, want in [("90s", 90.0), (2.5, 2.5), (0, 0.0),
+                        (datetime.timedelta(minutes=2), 120.0)]:
+        with dask.config.set({"arrow-shards.read-stall-timeout": given}):
+            assert Settings.from_config().read_stall_seconds() == want
+    for bad in [-1, float("nan"), float("inf"), "soon", "-1s", 1e10, True, [1]]:
+        with pytest.raises(ValueError, match="read_stall_timeout"):
+            ShufflePlugin(read_stall_timeout=bad)
+        with dask.config.set({"arrow-shards.read-stall-timeout": bad}):
+            with pytest.raises(ValueError, match="read-stall-timeout"):
+                Settings.from_config()
+    # a worker's receive buffers build their ShardBuffers with it
+    made = []
+
+    real = _receive.ShardBuffer
+
+    def recording(*args, **kwargs):
+        made.append(kwargs.get("read_stall_timeout"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_receive, "ShardBuffer", recording)
+    from types import SimpleNamespace
+
+    from arrow_shards.dask._worker import WorkerState
+
+    worker = SimpleNamespace(memory_manager=SimpleNamespace(memory_limit=2**30),
+                             local_directory=str(tmp_path))
+    with dask.config.set({"arrow-shards.read-stall-timeout": "1500ms"}):
+        state = WorkerState(worker, Settings.from_config())
+    buffer = state.make_buffer(2)
+    buffer.write(pa.table({"a": [1, 2]}), pa.array([0, 1], pa.uint32()))
+    buffer.close()
+    assert made == [1.5]

@@ -217,6 +217,52 @@ def test_memory_exhausted_after_a_write_timeout_and_a_partial_table() -> None:
         assert keys(b.read(0)) == list(range(2 * BIG))
 
 
+def test_a_read_that_waits_read_stall_timeout_for_memory_is_memory_exhausted(
+    tmp_path: Path,
+) -> None:
+    # The Rust test read_budget::a_stalled_read_ends_in_an_error, through Python: the pool is
+    # full (another buffer that cannot spill holds it), one reader holds the overdraft (its
+    # consumer stopped inside a segment), so the other reader's segment waits for room that
+    # never comes, and fails after read_stall_timeout instead of hanging or passing the limit.
+    import datetime
+
+    pool = arrow_shards.MemoryPool("4MiB")
+    b = arrow_shards.ShardBuffer(
+        SCHEMA, 2, memory_pool=pool, spill_dir=tmp_path, compact_target_rows=0,
+        read_batch_rows=0, read_stall_timeout=datetime.timedelta(milliseconds=200),
+    )
+    for i in range(40):
+        b.write(i % 2, int_batch(i * 50_000, 50_000))  # 400 KB each: spilled, whole
+    b.finish()
+    b.wait_for_spills()
+    assert all(s["segments"] > 0 for s in b.partition_sizes())
+    other = arrow_shards.ShardBuffer(SCHEMA, 1, memory_pool=pool, spill=False)
+    with pytest.raises(MemoryExhaustedError):
+        for i in range(10_000):
+            other.write(0, int_batch(i * 1000, 1000))  # 8 KB each, until the pool is full
+    first = b.read_batches(0)
+    first.read_next_batch()  # takes the overdraft, kept until its segment is handed over
+    assert b.metrics()["read_overdrafts"] == 1
+    with pytest.raises(MemoryExhaustedError) as info:
+        b.read(1)
+    err = info.value
+    assert "waited 200ms for memory with nothing released" in str(err)
+    assert err.needed > 0 and err.limit == 4 << 20 and err.reserved > err.limit - 8000
+    other.close()
+    # the first reader goes on to the end
+    rest = sum(batch.num_rows for batch in first)
+    assert rest + 50_000 == 20 * 50_000
+    b.close()
+
+
+def test_read_stall_timeout_is_a_duration_with_a_default() -> None:
+    import datetime
+
+    assert arrow_shards.DEFAULT_READ_STALL_TIMEOUT == 60.0
+    for value in (0, 0.5, 1e9, datetime.timedelta(minutes=5), None):
+        arrow_shards.ShardBuffer(SCHEMA, 1, read_stall_timeout=value).close()
+
+
 def write_until_refused(b: arrow_shards.ShardBuffer, batches: int) -> tuple[list[int], ArrowShardsError]:
     """Writes distinct 64 KiB batches round-robin over 4 partitions until one is refused;
     returns the keys accepted and the error."""
@@ -318,6 +364,14 @@ def test_corrupt_spill_data(spill_root: Path) -> None:
         ({"read_batch_rows": -1}, "read_batch_rows = -1 is invalid"),
         ({"write_timeout": -1.0}, "write_timeout = -1 is invalid: must be a finite number of seconds"),
         ({"write_timeout": float("inf")}, "write_timeout = inf is invalid"),
+        ({"write_timeout": 1e19}, "write_timeout = 10000000000000000000 is invalid"),
+        ({"read_stall_timeout": -1}, "read_stall_timeout = -1 is invalid: must be a finite"),
+        ({"read_stall_timeout": float("nan")}, "read_stall_timeout = NaN is invalid"),
+        ({"read_stall_timeout": float("inf")}, "read_stall_timeout = inf is invalid"),
+        ({"read_stall_timeout": 1e10}, "read_stall_timeout = 10000000000 is invalid"),
+        ({"read_stall_timeout": 10**400}, "is invalid: must be a finite number of seconds"),
+        ({"read_stall_timeout": __import__("datetime").timedelta(seconds=-1)},
+         "read_stall_timeout = -1 is invalid"),
         ({"spill": False, "spill_dir": "/tmp"}, "spill_dir = /tmp is invalid: spilling is off"),
         ({"memory_limit": 10, "memory_pool": arrow_shards.MemoryPool(10)}, "memory_pool"),
     ],
@@ -343,6 +397,8 @@ def test_bad_partition_counts(partitions: int) -> None:
         {"memory_limit": [1]},
         {"read_batch_rows": "10"},
         {"write_timeout": "1s"},
+        {"read_stall_timeout": "60s"},
+        {"read_stall_timeout": True},
         {"spill_threshold": "high"},
         {"compression": 1},
     ],

@@ -17,6 +17,7 @@ import pyarrow
 DEFAULT_READ_BATCH_ROWS: int
 DEFAULT_SPILL_THRESHOLD: float
 DEFAULT_SPILL_TARGET: float
+DEFAULT_READ_STALL_TIMEOUT: float
 DEFAULT_MAX_SPILL_ROUND_BYTES: int
 DEFAULT_SPILL_SEGMENT_BYTES: int
 DEFAULT_SPILL_FILE_BYTES: int
@@ -121,6 +122,7 @@ class ShardBuffer:
         spill_dir: str | os.PathLike[str] | None = None,
         compression: Literal["none", "lz4", "zstd"] | str = "none",
         write_timeout: float | datetime.timedelta | None = None,
+        read_stall_timeout: float | datetime.timedelta | None = 60.0,
         read_batch_rows: int | None = 8192,
         spill_threshold: float | None = 0.8,
         spill_target: float | None = 0.6,

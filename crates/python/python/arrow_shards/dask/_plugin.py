@@ -6,7 +6,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ._settings import OUTPUT_DTYPES, Settings
+from ._settings import OUTPUT_DTYPES, Settings, seconds
 from ._version import check_distributed_version
 from ._worker import activate, deactivate, state_of
 
@@ -20,7 +20,9 @@ class ShufflePlugin(WorkerPlugin):
     present and future; ``client.unregister_worker_plugin(PLUGIN_NAME)`` turns it off. An
     argument left ``None`` is taken from the worker's ``arrow-shards.*`` dask config.
     ``output_dtypes="meta"`` keeps meta's Arrow dtypes in the output partitions (default
-    ``"dask"``: Dask's own P2P dtypes; see docs/dask.md).
+    ``"dask"``: Dask's own P2P dtypes; see docs/dask.md). ``read_stall_timeout`` (seconds, a
+    duration string such as ``"90s"``, or a ``timedelta``) is how long a read of a spilled
+    segment may wait for memory with nothing released before it fails (default 60 s).
     """
 
     name = PLUGIN_NAME
@@ -31,6 +33,7 @@ class ShufflePlugin(WorkerPlugin):
         compression: str | None = None,
         spill_dir: str | None = None,
         output_dtypes: str | None = None,
+        read_stall_timeout: Any = None,
     ) -> None:
         check_distributed_version()
         if output_dtypes is not None and output_dtypes not in OUTPUT_DTYPES:
@@ -42,6 +45,8 @@ class ShufflePlugin(WorkerPlugin):
         self.compression = compression
         self.spill_dir = spill_dir
         self.output_dtypes = output_dtypes
+        seconds(read_stall_timeout, "read_stall_timeout")  # raises if it is not a duration
+        self.read_stall_timeout = read_stall_timeout
 
     def setup(self, worker: Any) -> None:
         check_distributed_version()
@@ -50,6 +55,7 @@ class ShufflePlugin(WorkerPlugin):
             compression=self.compression,
             spill_dir=self.spill_dir,
             output_dtypes=self.output_dtypes,
+            read_stall_timeout=self.read_stall_timeout,
         )
         activate(worker, settings)
 

@@ -76,8 +76,10 @@ class ReceiveBuffer:
         spill_root: str,
         compression: str,
         totals: Totals,
+        read_stall_timeout: float | None = None,
     ) -> None:
         self._num_partitions = num_partitions
+        self._read_stall_timeout = read_stall_timeout
         self._pool = pool
         self._spill_root = spill_root
         self._compression = compression
@@ -100,6 +102,7 @@ class ReceiveBuffer:
             memory_pool=self._pool,
             spill_dir=self._spill_root,
             compression=self._compression,
+            read_stall_timeout=self._read_stall_timeout,
         )
         with self._lock:
             closed = self._closed

@@ -34,7 +34,8 @@ And the per-byte steps around the buffer are Rust calls with the GIL released:
   (``_receive.received_tables``) and scatter-written.
 - the read of an output partition: its rows in Dask's order (stable by input partition id) as
   one contiguous table from Rust, then ``convert_shards``' own conversion to pandas
-  (``_read``); with ``output_dtypes="meta"``, columns whose meta dtype is an Arrow dtype keep
+  (``_read``; decimal columns whose values repeat make one ``Decimal`` per distinct value,
+  ``_decimals``); with ``output_dtypes="meta"``, columns whose meta dtype is an Arrow dtype keep
   it instead of becoming Python objects.
 - ``get_output_partition``: for a partition assigned to this worker, no trip through the
   event loop (Dask's makes two per partition: ``_ensure_output_worker``, which has nothing to

@@ -6,7 +6,10 @@ a fraction (``0.5``) of the worker's memory limit, or a size (``"2GiB"``, an ``i
 ``spill-dir`` is where each run's private spill directory is made; ``None``: the worker's
 ``local_directory``. ``output-dtypes`` is ``"dask"`` (output partitions have the dtypes Dask's
 own P2P gives) or ``"meta"`` (columns whose meta dtype is an Arrow dtype keep it instead of
-becoming Python objects; see ``_read``).
+becoming Python objects; see ``_read``). ``read-stall-timeout`` is the buffers'
+``read_stall_timeout``: how long a read of a spilled segment may wait for memory with nothing
+released before it fails (seconds, a Dask duration string such as ``"90s"``, or a
+``timedelta``); ``None``: the buffers' default, 60 s.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "compression": "none",
     "spill-dir": None,
     "output-dtypes": "dask",
+    "read-stall-timeout": None,
 }
 
 #: The values ``output-dtypes`` takes.
@@ -36,6 +40,7 @@ class Settings:
     compression: str
     spill_dir: str | None
     output_dtypes: str = "dask"
+    read_stall_timeout: Any = None
 
     def __post_init__(self) -> None:
         if self.output_dtypes not in OUTPUT_DTYPES:
@@ -43,6 +48,11 @@ class Settings:
                 f"arrow-shards output-dtypes {self.output_dtypes!r}: expected one of "
                 f"{', '.join(map(repr, OUTPUT_DTYPES))}"
             )
+        self.read_stall_seconds()  # raises if it is not a duration
+
+    def read_stall_seconds(self) -> float | None:
+        """``read-stall-timeout`` in seconds (``None``: the buffers' default)."""
+        return seconds(self.read_stall_timeout, "read-stall-timeout")
 
     @classmethod
     def from_config(cls) -> Settings:
@@ -60,6 +70,7 @@ class Settings:
             compression=get("compression"),
             spill_dir=get("spill-dir"),
             output_dtypes=get("output-dtypes"),
+            read_stall_timeout=get("read-stall-timeout"),
         )
 
     def overridden(self, **given: Any) -> Settings:
@@ -93,3 +104,33 @@ def _number(text: str, whole: Any) -> float:
         return float(text)
     except ValueError:
         raise ValueError(f"arrow-shards memory-limit {whole!r}: not a percentage") from None
+
+
+def seconds(value: Any, key: str) -> float | None:
+    """``value`` (seconds, a Dask duration string such as ``"90s"``, or a ``timedelta``) as
+    seconds: ``ValueError`` unless it is finite and at least 0 (``None`` stays ``None``)."""
+    import datetime
+
+    from dask.utils import parse_timedelta
+
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        if isinstance(value, datetime.timedelta):
+            got = value.total_seconds()
+        elif isinstance(value, str):
+            got = float(parse_timedelta(value, default="seconds"))
+        else:
+            got = float(value)
+    except (TypeError, ValueError, KeyError, OverflowError):
+        raise ValueError(
+            f"arrow-shards {key} {value!r}: expected seconds, a duration such as '90s', or a "
+            "timedelta"
+        ) from None
+    if not 0 <= got <= 1e9:  # the buffers' range; NaN fails too
+        raise ValueError(
+            f"arrow-shards {key} {value!r}: must be a finite duration >= 0 (at most 1e9 s)"
+        )
+    return got

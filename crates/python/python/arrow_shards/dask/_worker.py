@@ -45,6 +45,7 @@ class WorkerState:
             self.spill_root,
             self.settings.compression,
             self.totals,
+            read_stall_timeout=self.settings.read_stall_seconds(),
         )
         self.totals.run_started()
         with self._lock:
