@@ -25,11 +25,14 @@
 //! The IPC framing (continuation marker, metadata length, metadata flatbuffer's body length) is
 //! parsed before the checksum is known, to find where each message ends; every length is
 //! checked against the segment's remaining bytes, and the flatbuffer is parsed with its
-//! verifier. Decoding proper (schema, dictionaries, arrays) happens only on verified bytes,
-//! and is still guarded: errors and panics become
+//! verifier. Decoding proper happens only on verified bytes: first the run's schema message
+//! (the writer's, kept in the index entry; format 2 segments carry none), then the segment's
+//! dictionaries and batches. It is still guarded: errors and panics become
 //! [`SpillError::Corrupt`](crate::SpillError::Corrupt). The decoded batches must conform to the
 //! run's schema ([`crate::check_schema`]) and are re-labelled with it.
 
+#[cfg(any(test, feature = "test-utils"))]
+mod schema_record;
 mod source;
 mod verify;
 
@@ -42,8 +45,11 @@ use arrow_schema::{ArrowError, Schema, SchemaRef};
 use crate::ipc_checks::{check_message, check_schema_message};
 use crate::panic::panic_message;
 use crate::schema::{check_schema, conform_batch};
+use crate::schema_message::END_OF_STREAM;
 use crate::unchecked::{check_decoded, segment_decoder};
 
+#[cfg(any(test, feature = "test-utils"))]
+pub(crate) use schema_record::read_schema_record;
 use source::corrupt;
 pub(crate) use source::{Fault, IndexEntry, Source};
 use verify::{Message, SCRATCH, verify};
@@ -92,7 +98,7 @@ fn decode<S: Source + ?Sized>(
     messages: Vec<Message>,
 ) -> Result<Vec<RecordBatch>, Fault> {
     let decoded = catch_unwind(AssertUnwindSafe(|| {
-        decode_messages(source, messages, expected.written_here)
+        decode_messages(source, expected, messages)
     }));
     let (schema, batches) = match decoded {
         Ok(decoded) => decoded?,
@@ -118,15 +124,30 @@ fn decode<S: Source + ?Sized>(
 
 type Decoded = (SchemaRef, Vec<RecordBatch>);
 
-/// Decodes the verified `messages`; without validating the arrays again if `written_here`
-/// (each body's CRC32C is checked just before it is decoded).
+/// Decodes the verified `messages` after the run's schema message; without validating the
+/// arrays again if the segment was written here (each body's CRC32C is checked just before it
+/// is decoded, and the schema message is the one the writer encoded, kept in memory).
 fn decode_messages<S: Source + ?Sized>(
     source: &S,
+    expected: &IndexEntry,
     messages: Vec<Message>,
-    written_here: bool,
 ) -> Result<Decoded, Fault> {
     let arrow = |e: ArrowError| corrupt(format!("ipc decode failed: {e}"));
-    let mut decoder = segment_decoder(written_here);
+    let mut decoder = segment_decoder(expected.written_here);
+    // `StreamDecoder` takes in a bodiless message only when given the bytes after it: the
+    // schema is known to it from the segment's first message on (or the end-of-stream marker
+    // fed last, for a segment of no batches)
+    let mut schema_message = expected.schema_message.clone();
+    check_before_decoding(&schema_message, &[], None)?;
+    while !schema_message.is_empty() {
+        if decoder
+            .decode(&mut schema_message)
+            .map_err(arrow)?
+            .is_some()
+        {
+            return Err(corrupt("the run's schema message decoded as a batch"));
+        }
+    }
     let mut batches = Vec::new();
     for message in messages {
         let body = if message.body_len == 0 {
@@ -144,7 +165,9 @@ fn decode_messages<S: Source + ?Sized>(
             }
             body.into()
         };
-        check_before_decoding(&message.meta, &body, decoder.schema().as_deref())?;
+        // checked against the run's schema, which the schema message fed first encodes (the
+        // writer encoded it from that schema; the decoded schema is checked against it below)
+        check_before_decoding(&message.meta, &body, Some(&expected.schema))?;
         for mut buffer in [message.meta, body] {
             while !buffer.is_empty() {
                 if let Some(batch) = decoder.decode(&mut buffer).map_err(arrow)? {
@@ -152,6 +175,13 @@ fn decode_messages<S: Source + ?Sized>(
                     batches.push(batch);
                 }
             }
+        }
+    }
+    // format 2 segments store no end-of-stream marker: the frame's length ended the messages
+    let mut end_of_stream = Buffer::from_vec(END_OF_STREAM.to_vec());
+    while !end_of_stream.is_empty() {
+        if decoder.decode(&mut end_of_stream).map_err(arrow)?.is_some() {
+            return Err(corrupt("a batch decoded from the end-of-stream marker"));
         }
     }
     decoder.finish().map_err(arrow)?;
@@ -165,13 +195,13 @@ fn decode_messages<S: Source + ?Sized>(
 /// prefix first) and body.
 fn check_before_decoding(meta: &[u8], body: &[u8], schema: Option<&Schema>) -> Result<(), Fault> {
     let Some(flatbuffer) = meta.get(8..).filter(|f| !f.is_empty()) else {
-        return Ok(()); // the end-of-stream marker
+        return Ok(()); // no message: the decoder refuses what is left
     };
-    // parsed with its verifier in the first pass; a failure here is that pass's error
+    // a segment's messages were parsed with the verifier in the first pass; the run's schema
+    // message is refused by the decoder if this fails
     let Ok(message) = arrow_ipc::root_as_message(flatbuffer) else {
         return Ok(());
     };
-    // a schema message may come again later in the stream: checked wherever it stands
     check_schema_message(message).map_err(corrupt)?;
     match schema {
         Some(schema) => check_message(message, body, schema).map_err(corrupt),
@@ -245,7 +275,8 @@ mod tests {
         let crc_at = original.len() - 8;
 
         let mut decode_errors = 0;
-        for at in HEADER_LEN..original.len() - TRAILER_LEN {
+        let start = segment.offset() as usize + HEADER_LEN;
+        for at in start..original.len() - TRAILER_LEN {
             let mut bytes = original.clone();
             bytes[at] ^= 0x5a;
             let crc = crc32c::crc32c(&bytes[..crc_at]);
@@ -282,6 +313,7 @@ mod tests {
         assert!(bytes[..].read_at(&mut buf, u64::MAX).is_err());
         let expected = IndexEntry {
             schema: Arc::new(arrow_schema::Schema::empty()),
+            schema_message: Buffer::from_vec(Vec::<u8>::new()),
             partition: 1,
             offset: 0,
             len: 100,

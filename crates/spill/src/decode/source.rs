@@ -6,6 +6,7 @@
 use std::io;
 use std::path::Path;
 
+use arrow_buffer::Buffer;
 use arrow_schema::SchemaRef;
 
 use crate::error::{SpillError, io_error};
@@ -43,6 +44,10 @@ impl Source for [u8] {
 #[derive(Debug, Clone)]
 pub(crate) struct IndexEntry {
     pub(crate) schema: SchemaRef,
+    /// The run's encoded IPC schema message (shared by the run's segments), which the
+    /// segment's messages are decoded with: the one the writer encoded, kept in memory, so a
+    /// read does not read the file's schema record.
+    pub(crate) schema_message: Buffer,
     pub(crate) partition: u32,
     /// Byte offset of the segment (its header) in the run file.
     pub(crate) offset: u64,
