@@ -102,6 +102,8 @@ pub(crate) fn encode_schema_record(message: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 /// The schema message length a schema record's header declares, checking magic and version.
+// only the fuzz targets and tests read a schema record: segment reads use the writer's copy
+#[cfg(any(test, feature = "test-utils"))]
 pub(crate) fn schema_record_len(header: &[u8; SCHEMA_HEADER_LEN]) -> Result<usize, String> {
     if header[0..8] != SCHEMA_MAGIC {
         return Err("bad schema record magic at the start of the run file".into());
@@ -116,6 +118,8 @@ pub(crate) fn schema_record_len(header: &[u8; SCHEMA_HEADER_LEN]) -> Result<usiz
 
 /// The schema message of a whole schema record (`schema_record_len` checked on its header):
 /// checks its CRC32C and end magic.
+// only the fuzz targets and tests read a schema record: segment reads use the writer's copy
+#[cfg(any(test, feature = "test-utils"))]
 pub(crate) fn schema_record_message(record: &[u8]) -> Result<&[u8], String> {
     let body_end = record
         .len()
