@@ -324,17 +324,27 @@ fn bench_spill_io(c: &mut Criterion) {
             count
         })
     });
-    // StreamReader over the payloads of our own segments (each is an IPC stream): the same
-    // bytes in the same file as read/none, without the frame checks and checksum.
+    // StreamReader over the payloads of our own segments: the same bytes in the same file as
+    // read/none, without the frame checks and checksum. A payload holds only dictionary and
+    // batch messages (spill format 2), so the stream is the run file's schema message (from
+    // its schema record, whose bytes 12..16 give its length), the payload and an
+    // end-of-stream marker.
     let segments = write_run(&dir, &batches, Compression::None);
     group.bench_function("arrow_ipc_StreamReader_on_segments", |b| {
         b.iter(|| {
             let mut count = 0;
             for segment in &segments {
                 let mut file = File::open(segment.path()).unwrap();
+                let mut head = [0u8; 16];
+                file.read_exact(&mut head).unwrap();
+                let mut schema =
+                    vec![0u8; u32::from_le_bytes(head[12..16].try_into().unwrap()) as usize];
+                file.read_exact(&mut schema).unwrap();
                 file.seek(SeekFrom::Start(segment.offset() + 16)).unwrap();
                 let payload = BufReader::new(file.take(segment.len() - 48));
-                let read: Vec<RecordBatch> = StreamReader::try_new(payload, None)
+                let end_of_stream: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+                let stream = schema.as_slice().chain(payload).chain(end_of_stream);
+                let read: Vec<RecordBatch> = StreamReader::try_new(stream, None)
                     .unwrap()
                     .collect::<Result<_, _>>()
                     .unwrap();

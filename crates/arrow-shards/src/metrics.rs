@@ -52,8 +52,9 @@ pub struct Metrics {
     /// Bytes of Arrow data that went to disk: each spilled batch's own rows (values, offsets,
     /// validity; a slice counts its rows, not its parent's buffers), before IPC framing and
     /// compression. Uncompressed, `bytes_written_to_disk` is this plus each segment's metadata
-    /// (its schema and message headers, a few hundred bytes to a few KiB by schema), which
-    /// dominates only when segments are tiny (many partitions under a small budget).
+    /// (its 48-byte frame and its IPC message headers, a few hundred bytes to a few KiB by
+    /// schema) and each spill file's schema, once; the segments' metadata dominates only when
+    /// segments hold a few rows (hundreds of partitions under a small budget).
     pub bytes_spilled: u64,
     /// Writes that needed more than the whole memory limit and went to disk directly, one
     /// spill run each (counted in `spill_runs`).

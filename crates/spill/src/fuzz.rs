@@ -11,11 +11,14 @@
 //! - [`DecodeTarget`] (`segment_decode`): untrusted bytes as a run file. A real run (three
 //!   segments of [`decode_schema`]: strings, dictionaries, lists and views) is written once and
 //!   its index entries kept; each input is then read as that run file, segment by segment,
-//!   which is exactly the path a corrupted disk takes. A read must either return the rows that
-//!   were written (the input left that segment's bytes intact) or fail with
-//!   [`SpillError::Corrupt`] naming the file and the segment's offset; never panic.
+//!   which is exactly the path a corrupted disk takes (each decoded with the run's schema
+//!   message the writer kept, as a read does). A read must either return the rows that were
+//!   written (the input left that segment's bytes intact) or fail with [`SpillError::Corrupt`]
+//!   naming the file and the segment's offset; never panic. The file's schema record is read
+//!   from the input too: it must be the one written or be refused.
 //! - [`PayloadTarget`] (`ipc_payload`): untrusted bytes as the Arrow IPC payload of a segment
-//!   whose frame and checksum are *valid*, so they reach arrow-ipc's decoder. `segment_decode`
+//!   (its dictionary and record batch messages) whose frame and checksum are *valid*, so they
+//!   reach arrow-ipc's decoder, after the run's real schema message. `segment_decode`
 //!   cannot get there: any change to a segment's bytes fails the CRC32C first. This is the case
 //!   of bytes that were bad before they were checksummed (or a CRC collision): the decoder must
 //!   still return an error, never panic past `catch_unwind`, abort, hang or hand out invalid
@@ -30,7 +33,7 @@ use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, StringV
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::concat::concat_batches;
 
-use crate::decode::{IndexEntry, decode_segment};
+use crate::decode::{Fault, IndexEntry, decode_segment, read_schema_record};
 use crate::format::{HEADER_LEN, TRAILER_LEN, Trailer};
 use crate::{SegmentRef, SpillDir, SpillError, SpillOptions};
 
@@ -147,6 +150,7 @@ impl DecodeTarget {
     /// written or a `Corrupt` error naming the file and the segment's offset (panics if not).
     /// Returns how many segments read back intact.
     pub fn run(&self, data: &[u8]) -> usize {
+        self.check_schema_record(data);
         let mut intact = 0;
         for (expected, rows) in &self.segments {
             match decode_segment(data, expected) {
@@ -165,6 +169,21 @@ impl DecodeTarget {
             }
         }
         intact
+    }
+}
+
+impl DecodeTarget {
+    /// The schema record of `data` is the one written, or refused as corrupt.
+    fn check_schema_record(&self, data: &[u8]) {
+        let written = &self.segments[0].0.schema_message;
+        match read_schema_record(data) {
+            Ok(message) => assert_eq!(
+                &message, written,
+                "a schema record read without error must hold the run's schema message"
+            ),
+            Err(Fault::Corrupt(reason)) => assert!(!reason.is_empty()),
+            Err(Fault::Source(e)) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
+        }
     }
 }
 
@@ -190,7 +209,8 @@ pub enum Outcome {
 /// A real segment (partition 4, four batches of [`decode_schema`], coalescing off so each batch
 /// is its own message with its own dictionary) is written once; each input becomes the payload
 /// of a new frame (the real header, the input, a trailer with the index's rows and batches and
-/// the input's CRC32C), read with an index entry that expects that length and checksum. A read
+/// the input's CRC32C), alone at offset 0 of the bytes read, read with an index entry that
+/// expects that length and checksum and the run's real schema message. A read
 /// must return batches of the run's schema and the index's row count whose arrays pass full
 /// validation (exactly the written rows when the input is the real payload), or fail with
 /// `SpillError::Corrupt` naming the file and offset 0.
@@ -216,12 +236,17 @@ impl PayloadTarget {
         let options = SpillOptions::default().with_coalesce_rows(0);
         let (segments, bytes) = write_run(&[(4, batches)], options);
         let segment = &segments[0];
-        assert_eq!(segment.offset(), 0, "the only segment of its file");
+        // the only segment of its file, after the schema record
+        let start = segment.offset() as usize;
+        assert_eq!(start + segment.len() as usize, bytes.len());
         Self {
-            expected: segment.inner.entry.clone(),
+            expected: IndexEntry {
+                offset: 0,
+                ..segment.inner.entry.clone()
+            },
             file: segment.path().to_path_buf(),
-            header: bytes[..HEADER_LEN].to_vec(),
-            payload: bytes[HEADER_LEN..bytes.len() - TRAILER_LEN].to_vec(),
+            header: bytes[start..start + HEADER_LEN].to_vec(),
+            payload: bytes[start + HEADER_LEN..bytes.len() - TRAILER_LEN].to_vec(),
             rows,
         }
     }
@@ -332,6 +357,17 @@ mod tests {
     fn the_real_inputs_read_back_and_damage_is_corrupt() {
         let decode = DecodeTarget::new();
         assert_eq!(decode.run(decode.original()), 3);
+        let written = &decode.segments[0].0.schema_message;
+        assert_eq!(
+            read_schema_record(decode.original()).ok(),
+            Some(written.clone())
+        );
+        let mut damaged = decode.original().to_vec();
+        damaged[20] ^= 1;
+        assert!(matches!(
+            read_schema_record(&damaged[..]),
+            Err(Fault::Corrupt(_))
+        ));
         assert_eq!(decode.run(&decode.original()[..100]), 0);
         assert_eq!(decode.run(&[]), 0);
         let payload = PayloadTarget::new();

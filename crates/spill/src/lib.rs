@@ -1,9 +1,10 @@
 //! Checksummed Arrow IPC spill runs (package `arrow-shards-spill`).
 //!
 //! When a shuffle buffer runs short of memory it writes its largest partitions to disk in one
-//! go, a *run*: one append-only file holding one *segment* per partition. A segment is a
-//! self-contained Arrow IPC stream (schema, dictionaries, batches, end marker) framed by our
-//! own header and trailer, which carry the partition id, the lengths and a CRC32C. Writing a
+//! go, a *run*: one append-only file opening with the run's schema, then holding one *segment*
+//! per partition. A segment is the partition's Arrow IPC dictionary and record batch messages,
+//! decoded with the run's schema, framed by our own header and trailer, which carry the
+//! partition id, the lengths and a CRC32C. Writing a
 //! run returns a [`SegmentRef`] per segment; the caller keeps them as its index and reads each
 //! partition back with [`SegmentRef::read`], which verifies the checksum before decoding
 //! anything. The byte layout is in `docs/spill-format.md`.
@@ -109,6 +110,7 @@ mod options;
 mod panic;
 mod read;
 mod schema;
+mod schema_message;
 mod segment;
 mod sweep;
 mod unchecked;

@@ -99,7 +99,7 @@ impl SegmentRef {
         self.inner.entry.len
     }
 
-    /// Always false: a segment has at least its frame and IPC schema message. See
+    /// Always false: a segment has at least its 48-byte frame. See
     /// [`SegmentRef::rows`] for whether it holds data.
     pub fn is_empty(&self) -> bool {
         self.inner.entry.len == 0

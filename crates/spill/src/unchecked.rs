@@ -412,11 +412,6 @@ impl SegmentDecoder {
         self.schema.clone()
     }
 
-    /// Whether the end-of-stream marker was decoded.
-    pub(crate) fn ended(&self) -> bool {
-        self.ended
-    }
-
     /// Decodes one message: `meta` is its 8-byte prefix and flatbuffer, `body` its body; a
     /// record batch message gives its batch.
     pub(crate) fn decode(

@@ -1,7 +1,8 @@
 //! [`RunWriter`]: writes one run, a sequence of segments, to an append-only file.
 //!
-//! Each `append` frames one IPC stream (see `format.rs`): header, then the stream encoded
-//! batch by batch straight into the file (small pieces through a reused write buffer, a large
+//! Each file of a run opens with the run's schema record (`format.rs`, `schema_message.rs`).
+//! Each `append` frames one segment: header, then the segment's dictionary and record batch
+//! messages encoded batch by batch straight into the file (small pieces through a reused write buffer, a large
 //! batch's pieces from where they are with vectored writes), then the trailer with the CRC32C
 //! accumulated on the way. Memory beyond the caller's batches is one
 //! concatenated group of small batches, the encoder's output for one batch and the write buffer.
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
 use arrow_ipc::writer::{IpcWriteOptions, StreamEncoder};
 use arrow_schema::{ArrowError, SchemaRef};
 use arrow_shards_memory::AllocationSet;
@@ -27,9 +29,10 @@ use arrow_shards_memory::sizing::batch_allocations;
 use crate::decode::IndexEntry;
 use crate::dir::SpillDir;
 use crate::error::{SpillError, io_error};
-use crate::format::{HEADER_LEN, Header, Trailer};
+use crate::format::{HEADER_LEN, Header, Trailer, encode_schema_record};
 use crate::metrics::{add, add_time};
 use crate::schema::conform_batch;
+use crate::schema_message::{encode_schema_message, strip_schema};
 use crate::segment::{RunFile, SegmentInner, SegmentRef};
 use crate::views::compact_views;
 use crate::{Compression, SpillOptions};
@@ -54,6 +57,8 @@ pub struct RunWriter {
     schema: SchemaRef,
     options: SpillOptions,
     ipc_options: Result<IpcWriteOptions, String>,
+    /// The run's encoded IPC schema message, made by the first append.
+    schema_message: Option<Buffer>,
     current: Option<OpenFile>,
     segments: Vec<SegmentRef>,
     failed: bool,
@@ -84,6 +89,7 @@ impl RunWriter {
             schema,
             options,
             ipc_options,
+            schema_message: None,
             current: None,
             segments: Vec::new(),
             failed: false,
@@ -217,8 +223,27 @@ impl RunWriter {
         io_error(self.dir.path(), path, error)
     }
 
-    /// The file to write the next segment to, rotating or creating it as needed.
-    fn file_for_next_segment(&mut self) -> Result<&mut OpenFile, SpillError> {
+    /// The run's encoded schema message, encoded on first use.
+    fn schema_message(&mut self, ipc_options: &IpcWriteOptions) -> Result<Buffer, SpillError> {
+        if let Some(message) = &self.schema_message {
+            return Ok(message.clone());
+        }
+        let message =
+            encode_schema_message(&self.schema, ipc_options.clone()).map_err(|source| {
+                SpillError::Arrow {
+                    path: self.dir.path().to_path_buf(),
+                    source,
+                }
+            })?;
+        Ok(self.schema_message.insert(message).clone())
+    }
+
+    /// The file to write the next segment to, rotating or creating it as needed; a new file
+    /// starts with the schema record of `schema_message`.
+    fn file_for_next_segment(
+        &mut self,
+        schema_message: &[u8],
+    ) -> Result<&mut OpenFile, SpillError> {
         if let Some(open) = &self.current
             && open.pos > 0
             && open.pos >= self.options.max_file_bytes()
@@ -228,18 +253,26 @@ impl RunWriter {
         let open = match self.current.take() {
             Some(open) => open,
             None => {
+                let record = encode_schema_record(schema_message).map_err(|reason| {
+                    SpillError::InvalidOptions {
+                        dir: self.dir.path().to_path_buf(),
+                        reason,
+                    }
+                })?;
                 let path: PathBuf = self.dir.next_file_path();
                 let file = self
                     .dir
                     .fs
                     .create_file(&path)
                     .map_err(|e| self.io(&path, e))?;
-                OpenFile {
+                let mut open = OpenFile {
                     run: Arc::new(RunFile::new(Arc::clone(&self.dir), path)),
                     file,
                     buf: Vec::with_capacity(WRITE_BUFFER),
                     pos: 0,
-                }
+                };
+                open.put(&self.dir, &record)?;
+                open
             }
         };
         Ok(self.current.insert(open))
@@ -277,11 +310,13 @@ impl RunWriter {
         };
         let coalesce_rows = self.options.coalesce_rows();
         let dir = Arc::clone(&self.dir);
-        let open = self.file_for_next_segment()?;
+        let schema_message = self.schema_message(&ipc_options)?;
+        let open = self.file_for_next_segment(&schema_message)?;
+        // a fresh encoder per segment: its dictionaries are written within it
         let encoder = StreamEncoder::try_new_with_options(&schema, ipc_options)
             .map_err(|e| arrow_error(open, e))?;
         let offset = open.pos;
-        let mut segment = SegmentWrite::start(open, &dir, encoder, header)?;
+        let mut segment = SegmentWrite::start(open, &dir, encoder, header, schema_message.clone())?;
         segment.write_batches(batches, &schema, coalesce_rows)?;
         let trailer = segment.finish()?;
         Ok(SegmentRef {
@@ -289,6 +324,7 @@ impl RunWriter {
                 file: Arc::clone(&open.run),
                 entry: IndexEntry {
                     schema,
+                    schema_message,
                     partition,
                     offset,
                     len: open.pos - offset,
@@ -312,12 +348,14 @@ fn distinct_bytes(batches: &[RecordBatch]) -> usize {
         .sum()
 }
 
-/// One segment being written: header, then the IPC stream batch by batch, then the trailer,
-/// with the CRC32C accumulated on the way.
+/// One segment being written: header, then the dictionary and record batch messages batch by
+/// batch, then the trailer, with the CRC32C accumulated on the way.
 struct SegmentWrite<'a> {
     open: &'a mut OpenFile,
     dir: &'a SpillDir,
     encoder: StreamEncoder,
+    /// The run's schema message, until the encoder's first output has been cut free of it.
+    schema_to_strip: Option<Buffer>,
     /// Where the segment starts in the file.
     offset: u64,
     crc: u32,
@@ -332,6 +370,7 @@ impl<'a> SegmentWrite<'a> {
         dir: &'a SpillDir,
         encoder: StreamEncoder,
         header: Header,
+        schema_message: Buffer,
     ) -> Result<Self, SpillError> {
         let offset = open.pos;
         let header = header.encode();
@@ -341,6 +380,7 @@ impl<'a> SegmentWrite<'a> {
             open,
             dir,
             encoder,
+            schema_to_strip: Some(schema_message),
             offset,
             crc,
             rows: 0,
@@ -407,32 +447,32 @@ impl<'a> SegmentWrite<'a> {
     /// Encodes one batch (its wasteful view arrays compacted first) and writes it.
     fn emit(&mut self, batch: &RecordBatch) -> Result<(), SpillError> {
         let batch = compact_views(batch).map_err(|e| arrow_error(self.open, e))?;
-        let buffers = self
+        let mut buffers = self
             .encoder
             .encode(&batch)
             .map_err(|e| arrow_error(self.open, e))?;
+        if let Some(schema) = self.schema_to_strip.take() {
+            // the run's schema record has it; the segment is decoded with that
+            buffers = strip_schema(buffers, &schema).map_err(|e| arrow_error(self.open, e))?;
+        }
         self.open.put_all(self.dir, &buffers, &mut self.crc)?;
         self.rows += batch.num_rows() as u64;
         self.batches += 1;
         Ok(())
     }
 
-    /// Ends the IPC stream and writes the trailer; returns the trailer written.
+    /// Writes the trailer (no end-of-stream marker: the frame's length ends the messages);
+    /// returns the trailer written.
     fn finish(self) -> Result<Trailer, SpillError> {
         let Self {
             open,
             dir,
-            encoder,
             offset,
-            mut crc,
+            crc,
             rows,
             batches,
+            ..
         } = self;
-        let eos = encoder.finish().map_err(|e| arrow_error(open, e))?;
-        for buffer in &eos {
-            crc = crc32c::crc32c_append(crc, buffer.as_slice());
-            open.put(dir, buffer.as_slice())?;
-        }
         let payload_len = open.pos - offset - HEADER_LEN as u64;
         let trailer = Trailer {
             payload_len,

@@ -25,11 +25,14 @@
 //! The IPC framing (continuation marker, metadata length, metadata flatbuffer's body length) is
 //! parsed before the checksum is known, to find where each message ends; every length is
 //! checked against the segment's remaining bytes, and the flatbuffer is parsed with its
-//! verifier. Decoding proper (schema, dictionaries, arrays) happens only on verified bytes,
-//! and is still guarded: errors and panics become
+//! verifier. Decoding proper happens only on verified bytes: first the run's schema message
+//! (the writer's, kept in the index entry; format 2 segments carry none), then the segment's
+//! dictionaries and batches. It is still guarded: errors and panics become
 //! [`SpillError::Corrupt`](crate::SpillError::Corrupt). The decoded batches must conform to the
 //! run's schema ([`crate::check_schema`]) and are re-labelled with it.
 
+#[cfg(any(test, feature = "test-utils"))]
+mod schema_record;
 mod source;
 mod verify;
 
@@ -44,6 +47,8 @@ use crate::panic::panic_message;
 use crate::schema::{check_schema, conform_batch};
 use crate::unchecked::SegmentDecoder;
 
+#[cfg(any(test, feature = "test-utils"))]
+pub(crate) use schema_record::read_schema_record;
 use source::corrupt;
 pub(crate) use source::{Fault, IndexEntry, Source};
 use verify::{Message, SCRATCH, verify};
@@ -92,7 +97,7 @@ fn decode<S: Source + ?Sized>(
     messages: Vec<Message>,
 ) -> Result<Vec<RecordBatch>, Fault> {
     let decoded = catch_unwind(AssertUnwindSafe(|| {
-        decode_messages(source, messages, expected.written_here)
+        decode_messages(source, expected, messages)
     }));
     let (schema, batches) = match decoded {
         Ok(decoded) => decoded?,
@@ -118,15 +123,26 @@ fn decode<S: Source + ?Sized>(
 
 type Decoded = (SchemaRef, Vec<RecordBatch>);
 
-/// Decodes the verified `messages`; without validating the arrays again if `written_here`
-/// (each body's CRC32C is checked just before it is decoded).
+/// Decodes the verified `messages` after the run's schema message; without validating the
+/// arrays again if the segment was written here (each body's CRC32C is checked just before it
+/// is decoded, and the schema message is the one the writer encoded, kept in memory).
 fn decode_messages<S: Source + ?Sized>(
     source: &S,
+    expected: &IndexEntry,
     messages: Vec<Message>,
-    written_here: bool,
 ) -> Result<Decoded, Fault> {
     let arrow = |e: ArrowError| corrupt(format!("ipc decode failed: {e}"));
-    let mut decoder = SegmentDecoder::new(written_here);
+    let mut decoder = SegmentDecoder::new(expected.written_here);
+    // the run's schema message first: the writer kept it in memory with the index entry
+    check_before_decoding(&expected.schema_message, &[], None)?;
+    let no_body = Buffer::from_vec(Vec::<u8>::new());
+    if decoder
+        .decode(&expected.schema_message, &no_body)
+        .map_err(arrow)?
+        .is_some()
+    {
+        return Err(corrupt("the run's schema message decoded as a batch"));
+    }
     let mut batches = Vec::new();
     for message in messages {
         let body = if message.body_len == 0 {
@@ -144,14 +160,14 @@ fn decode_messages<S: Source + ?Sized>(
             }
             body.into()
         };
-        check_before_decoding(&message.meta, &body, decoder.schema().as_deref())?;
+        // checked against the run's schema, which the schema message fed first encodes (the
+        // writer encoded it from that schema; the decoded schema is checked against it below)
+        check_before_decoding(&message.meta, &body, Some(&expected.schema))?;
         if let Some(batch) = decoder.decode(&message.meta, &body).map_err(arrow)? {
             batches.push(batch);
         }
     }
-    if !decoder.ended() {
-        return Err(corrupt("ipc stream has no end marker"));
-    }
+    // format 2 segments store no end-of-stream marker: the frame's length ended the messages
     let schema = decoder
         .schema()
         .ok_or_else(|| corrupt("ipc stream has no schema"))?;
@@ -162,13 +178,13 @@ fn decode_messages<S: Source + ?Sized>(
 /// prefix first) and body.
 fn check_before_decoding(meta: &[u8], body: &[u8], schema: Option<&Schema>) -> Result<(), Fault> {
     let Some(flatbuffer) = meta.get(8..).filter(|f| !f.is_empty()) else {
-        return Ok(()); // the end-of-stream marker
+        return Ok(()); // no message: the decoder refuses what is left
     };
-    // parsed with its verifier in the first pass; a failure here is that pass's error
+    // a segment's messages were parsed with the verifier in the first pass; the run's schema
+    // message is refused by the decoder if this fails
     let Ok(message) = arrow_ipc::root_as_message(flatbuffer) else {
         return Ok(());
     };
-    // a schema message may come again later in the stream: checked wherever it stands
     check_schema_message(message).map_err(corrupt)?;
     match schema {
         Some(schema) => check_message(message, body, schema).map_err(corrupt),
@@ -242,7 +258,8 @@ mod tests {
         let crc_at = original.len() - 8;
 
         let mut decode_errors = 0;
-        for at in HEADER_LEN..original.len() - TRAILER_LEN {
+        let start = segment.offset() as usize + HEADER_LEN;
+        for at in start..original.len() - TRAILER_LEN {
             let mut bytes = original.clone();
             bytes[at] ^= 0x5a;
             let crc = crc32c::crc32c(&bytes[..crc_at]);
@@ -279,6 +296,7 @@ mod tests {
         assert!(bytes[..].read_at(&mut buf, u64::MAX).is_err());
         let expected = IndexEntry {
             schema: Arc::new(arrow_schema::Schema::empty()),
+            schema_message: Buffer::from_vec(Vec::<u8>::new()),
             partition: 1,
             offset: 0,
             len: 100,

@@ -6,6 +6,7 @@
 use std::io;
 use std::path::Path;
 
+use arrow_buffer::Buffer;
 use arrow_schema::SchemaRef;
 
 use crate::error::{SpillError, io_error};
@@ -43,6 +44,10 @@ impl Source for [u8] {
 #[derive(Debug, Clone)]
 pub(crate) struct IndexEntry {
     pub(crate) schema: SchemaRef,
+    /// The run's encoded IPC schema message (shared by the run's segments), which the
+    /// segment's messages are decoded with: the one the writer encoded, kept in memory, so a
+    /// read does not read the file's schema record.
+    pub(crate) schema_message: Buffer,
     pub(crate) partition: u32,
     /// Byte offset of the segment (its header) in the run file.
     pub(crate) offset: u64,
@@ -53,7 +58,7 @@ pub(crate) struct IndexEntry {
     pub(crate) checksum: u32,
     /// Whether this process's writer encoded the segment (from valid arrays): once its bytes
     /// match `checksum`, it is decoded without validating its arrays again
-    /// (`crate::unchecked::segment_decoder`). `false` for bytes from anywhere else.
+    /// (`crate::unchecked::SegmentDecoder`). `false` for bytes from anywhere else.
     pub(crate) written_here: bool,
 }
 

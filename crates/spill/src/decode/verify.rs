@@ -6,7 +6,9 @@
 //! The IPC framing (continuation marker, metadata length, metadata flatbuffer's body length) is
 //! parsed before the checksum is known, to find where each message ends: every length is checked
 //! against the segment's remaining bytes, the flatbuffer is parsed with its verifier, and the
-//! buffers a message declares must lie inside its body.
+//! buffers a message declares must lie inside its body. A format 2 segment holds dictionary and
+//! record batch messages only (the schema is the run's): any other message, or an end-of-stream
+//! marker, is refused here, and the frame's payload length is where the messages end.
 
 use arrow_buffer::Buffer;
 
@@ -56,12 +58,8 @@ pub(crate) fn verify<S: Source + ?Sized>(
         scratch: Vec::new(),
     };
     let mut messages = Vec::new();
-    loop {
-        let (message, end) = walk.next_message()?;
-        messages.push(message);
-        if end {
-            break;
-        }
+    while walk.pos < walk.len {
+        messages.push(walk.next_message()?);
     }
     verify_trailer(source, expected, payload_len, walk.crc)?;
     Ok(messages)
@@ -140,10 +138,13 @@ impl<S: Source + ?Sized> Walk<'_, S> {
         Ok(())
     }
 
-    /// The next message, and whether it is the end-of-stream marker (the last one).
-    fn next_message(&mut self) -> Result<(Message, bool), Fault> {
+    /// The next message (at least one byte of the payload is left).
+    fn next_message(&mut self) -> Result<Message, Fault> {
         if self.len - self.pos < 8 {
-            return Err(corrupt("ipc stream ends without its end-of-stream marker"));
+            return Err(corrupt(format!(
+                "the payload ends inside an ipc message prefix ({} bytes left)",
+                self.len - self.pos
+            )));
         }
         let mut prefix = [0u8; 8];
         self.take(&mut prefix)?;
@@ -157,18 +158,9 @@ impl<S: Source + ?Sized> Walk<'_, S> {
             prefix[4], prefix[5], prefix[6], prefix[7],
         ]));
         if meta_len == 0 {
-            // end-of-stream marker: must be the last bytes of the payload
-            if self.pos != self.len {
-                return Err(corrupt("bytes after the ipc end-of-stream marker"));
-            }
-            let end = Message {
-                meta: Buffer::from_vec(prefix.to_vec()),
-                body_offset: self.start + self.pos,
-                body_len: 0,
-                crc_before: self.crc,
-                crc_after: self.crc,
-            };
-            return Ok((end, true));
+            return Err(corrupt(
+                "an ipc end-of-stream marker in a segment (format 2 segments have none)",
+            ));
         }
         if meta_len > self.len - self.pos {
             return Err(corrupt(format!(
@@ -189,7 +181,7 @@ impl<S: Source + ?Sized> Walk<'_, S> {
             crc_before,
             crc_after: self.crc,
         };
-        Ok((message, false))
+        Ok(message)
     }
 
     /// The body length the metadata flatbuffer declares, checked against the bytes left and
@@ -197,6 +189,16 @@ impl<S: Source + ?Sized> Walk<'_, S> {
     fn body_len(&self, flatbuffer: &[u8]) -> Result<u64, Fault> {
         let message = arrow_ipc::root_as_message(flatbuffer)
             .map_err(|e| corrupt(format!("malformed ipc message metadata: {e}")))?;
+        let kind = message.header_type();
+        if !matches!(
+            kind,
+            arrow_ipc::MessageHeader::RecordBatch | arrow_ipc::MessageHeader::DictionaryBatch
+        ) {
+            return Err(corrupt(format!(
+                "a {kind:?} ipc message in a segment (format 2 segments hold only dictionary \
+                 and record batch messages)"
+            )));
+        }
         let declared = message.bodyLength();
         let body_len = u64::try_from(declared)
             .ok()

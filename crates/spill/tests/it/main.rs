@@ -18,6 +18,7 @@ extern crate arrow_select_59 as arrow_select;
 mod common;
 mod corruption;
 mod faults;
+mod format2;
 mod lifecycle;
 mod many_partitions;
 mod property;

@@ -32,7 +32,11 @@ fn two_partitions_round_trip_in_one_file() {
     assert_eq!(segments[1].read().unwrap().len(), 1);
     let metrics = dir.metrics();
     assert_eq!((metrics.runs, metrics.segments, metrics.files), (1, 2, 1));
-    assert_eq!(metrics.bytes_on_disk, segments[0].len() + segments[1].len());
+    // the file: its schema record, then the two segments
+    assert_eq!(
+        metrics.bytes_on_disk,
+        segments[0].offset() + segments[0].len() + segments[1].len()
+    );
     assert_eq!(metrics.rows_spilled, 1030);
     assert_eq!(metrics.segments_read, 3);
     assert_eq!(
@@ -174,7 +178,8 @@ fn runs_rotate_to_new_files_between_segments() {
     assert_eq!(paths.len(), 6);
     assert_eq!(dir.metrics().files, 6);
     for segment in &segments {
-        assert_eq!(segment.offset(), 0);
+        // each file opens with the schema record, then its one segment
+        assert_eq!(segment.offset(), segments[0].offset());
         assert_eq!(segment.read().unwrap(), vec![batch.clone()]);
     }
     // a file goes as soon as its last segment does
