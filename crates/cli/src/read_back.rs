@@ -12,7 +12,9 @@
 //! fallback when writers cannot hold what the input brings. With more partitions than can
 //! each hold a minimum row group within the writers' share ([`WriterMemory::streams`]), the
 //! threads take nothing while the input runs and read everything after it;
-//! docs/benchmarks.md says where the switch is on SF 1 lineitem and why.
+//! docs/benchmarks.md says where the switch is on SF 1 lineitem and why. The switch is about
+//! open row groups: without `--output` there are none, and the threads take what is complete
+//! while the input runs at any partition count.
 //!
 //! **After the input** (the buffer finished) it takes the rest of each partition, largest open
 //! row group first, one partition at a time, and completes its file (an empty partition gets a
@@ -191,10 +193,10 @@ pub(crate) fn read_back(
             .transpose()?,
     };
     // Past the switch (or held by the test hook, or sorting) nothing is taken while the
-    // input runs.
+    // input runs. Counting only (no --output) opens no row group: it streams at any count.
     let hold = holds(
         std::env::var(HOLD_VAR).ok().as_deref(),
-        sink.memory.streams(buffer.partitions()),
+        sink.output.is_none() || sink.memory.streams(buffer.partitions()),
         sink.sort.is_some(),
     );
     // The streaming phase.
@@ -425,7 +427,8 @@ impl<'b> Drain<'_, 'b> {
 
 /// Whether the output threads take nothing while the input runs: with `--sort-by` always;
 /// otherwise as the hook `ARROW_SHARDS_HOLD_WRITERS` (`hook`) says (`1` holds, `0` streams),
-/// else as the switch does (`streams`: [`WriterMemory::streams`]).
+/// else as the switch does (`streams`: [`WriterMemory::streams`], or `true` without
+/// `--output`).
 fn holds(hook: Option<&str>, streams: bool, sorting: bool) -> bool {
     sorting
         || match hook {
