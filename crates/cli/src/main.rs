@@ -5,6 +5,7 @@
 //!              [--memory-limit SIZE] [--spill-dir DIR | --no-spill]
 //!              [--spill-compression none|lz4|zstd] [--batch-rows N] [--compact-rows N]
 //!              [--format parquet|arrow|arrow-stream] [--compression snappy|zstd|lz4|none]
+//!              [--compression-level N]
 //!              [--row-group-rows N] [--statistics page|chunk|none]
 //!              [--dictionary-limit SIZE|off] [--data-page-size SIZE]
 //!              [--layout flat|hive] [--hive-key KEY] [--max-rows-per-file N]

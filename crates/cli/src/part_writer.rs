@@ -1,5 +1,6 @@
 //! Writing one output file: the output options (`--format`, `--compression`,
-//! `--row-group-rows`, `--statistics`) turned into a parquet or Arrow IPC writer.
+//! `--compression-level`, `--row-group-rows`, `--statistics`) turned into a parquet or Arrow
+//! IPC writer.
 //!
 //! Parquet is snappy compressed by default, with row groups of at most 1,048,576 rows (the
 //! parquet crate's default), statistics per page and column chunk, dictionaries of at most
@@ -78,6 +79,8 @@ pub(crate) struct OutputOptions {
     pub(crate) format: FormatArg,
     /// The codec (already checked to suit the format).
     pub(crate) compression: OutputCompression,
+    /// `--compression-level` of parquet zstd (1 to 22; 1 by default).
+    pub(crate) zstd_level: i32,
     /// Most rows per parquet row group.
     pub(crate) row_group_rows: usize,
     /// Parquet statistics.
@@ -110,9 +113,23 @@ impl OutputOptions {
             }
             (_, Some(codec)) => codec,
         };
+        let zstd_level = match (args.compression_level, compression, args.format) {
+            (None, _, _) => 1,
+            (Some(level), OutputCompression::Zstd, FormatArg::Parquet) => level,
+            (Some(_), OutputCompression::Zstd, _) => {
+                return Err(
+                    "--compression-level is for parquet output; the Arrow IPC writer has no level"
+                        .to_owned(),
+                );
+            }
+            (Some(_), _, _) => {
+                return Err("--compression-level is for --compression zstd".to_owned());
+            }
+        };
         Ok(OutputOptions {
             format: args.format,
             compression,
+            zstd_level,
             row_group_rows: args.row_group_rows as usize,
             statistics: args.statistics,
             dictionary_limit: usize::try_from(args.dictionary_limit).unwrap_or(usize::MAX),
@@ -136,8 +153,10 @@ impl OutputOptions {
     fn parquet_properties(&self, plain: &[String]) -> WriterProperties {
         let compression = match self.compression {
             OutputCompression::Snappy => Compression::SNAPPY,
-            // level 1 is always valid
-            OutputCompression::Zstd => Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()),
+            // the flag's range (1 to 22) is zstd's; level 1 is the default
+            OutputCompression::Zstd => {
+                Compression::ZSTD(ZstdLevel::try_new(self.zstd_level).unwrap_or_default())
+            }
             OutputCompression::Lz4 => Compression::LZ4_RAW,
             OutputCompression::None => Compression::UNCOMPRESSED,
         };

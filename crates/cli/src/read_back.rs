@@ -490,6 +490,7 @@ mod tests {
         let options = OutputOptions {
             format: FormatArg::Parquet,
             compression: OutputCompression::None,
+            zstd_level: 1,
             row_group_rows: 1 << 20,
             statistics: StatisticsArg::Page,
             dictionary_limit: 1 << 20,
