@@ -6,7 +6,8 @@
 //! **While the input runs** (the streaming phase) the thread sweeps its partitions, taking
 //! whatever is complete without waiting (`try_next`: spilled segments and batches cut at
 //! `--compact-rows`), then waits until an input thread has written another batch. Each open
-//! row group's bytes are charged to the run's pool ([`WriterMemory`]); above the writers'
+//! row group's bytes are charged to the run's pool ([`WriterMemory`]), its codecs' included,
+//! and each thread is charged what cutting one row group takes ([`crate::codec_memory`]); above the writers'
 //! share the thread cuts its largest row group of at least the minimum, and takes nothing more
 //! into smaller ones, which then stay in the buffer and may be spilled: spilling is the
 //! fallback when writers cannot hold what the input brings. With more partitions than can
@@ -51,6 +52,7 @@ use crate::error::CliError;
 use crate::interrupt::PausePoint;
 use crate::output::OutputDir;
 use crate::part_files::PartitionFiles;
+use crate::part_writer::leaf_columns;
 use crate::sorter::{SortSettings, Sorter};
 use crate::verify::PartitionCheck;
 use crate::workers::Control;
@@ -157,6 +159,17 @@ struct Drain<'a, 'b> {
     streaming: bool,
     /// `--sort-by`'s sorter, if partitions are sorted.
     sorter: Option<Sorter<'a>>,
+    /// Bytes charged while the thread runs for cutting a row group: its codecs' peak
+    /// ([`CodecMemory::cut`](crate::codec_memory::CodecMemory::cut)); given back on drop.
+    cut_charge: usize,
+}
+
+impl Drop for Drain<'_, '_> {
+    fn drop(&mut self) {
+        self.sink
+            .memory
+            .charge(&mut self.reservation, self.cut_charge, 0);
+    }
 }
 
 /// One output thread: its partitions subscribed, drained while the input runs and after it.
@@ -191,7 +204,15 @@ pub(crate) fn read_back(
             .sort
             .map(|settings| Sorter::new(settings, sink.memory))
             .transpose()?,
+        cut_charge: 0,
     };
+    // Cutting a row group compresses every column before any codec is freed: what that takes
+    // at its peak is this thread's for as long as it runs.
+    if let Some(output) = sink.output {
+        drain.cut_charge = output.codec_memory().cut(leaf_columns(sink.schema));
+        sink.memory
+            .charge(&mut drain.reservation, 0, drain.cut_charge);
+    }
     // Past the switch (or held by the test hook, or sorting) nothing is taken while the
     // input runs. Counting only (no --output) opens no row group: it streams at any count.
     let hold = holds(
@@ -491,6 +512,7 @@ mod tests {
             format: FormatArg::Parquet,
             compression: OutputCompression::None,
             zstd_level: 1,
+            codec: crate::codec_memory::CodecMemory::default(),
             row_group_rows: 1 << 20,
             statistics: StatisticsArg::Page,
             dictionary_limit: 1 << 20,
@@ -527,6 +549,7 @@ mod tests {
             times: OutTimes::default(),
             streaming: true,
             sorter: None,
+            cut_charge: 0,
         };
         let mut parts = vec![Part {
             partition: 0,
