@@ -25,6 +25,10 @@
 //! Each compressed page is also written into a buffer of up to the codec's bound on the page
 //! (a page and a sixth), freed or shrunk once compressed ([`CodecMemory::scratch`]).
 //!
+//! Not charged: Arrow IPC output's codec. Its writer keeps one zstd compression context per
+//! open file (`arrow_ipc`'s `CompressionContext`; lz4 frames keep nothing), which the output
+//! threads do not count.
+//!
 //! How it is charged: an open row group is charged its columns' contexts, plus their
 //! workspaces once it holds as many rows as a page may ([`CodecMemory::open_row_group`]); each
 //! output thread is charged, for as long as it runs, what cutting one row group takes at its
@@ -66,8 +70,7 @@ pub(crate) struct CodecMemory {
 
 impl CodecMemory {
     /// What `compression` holds (zstd at `zstd_level`) for pages of at most `page_bytes`;
-    /// nothing for Arrow IPC output (`parquet` false), whose writer compresses each batch as it
-    /// comes and keeps no codec state of its own between batches.
+    /// nothing for Arrow IPC output (`parquet` false): not charged (see the module docs).
     pub(crate) fn of(
         compression: OutputCompression,
         parquet: bool,

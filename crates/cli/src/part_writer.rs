@@ -374,6 +374,26 @@ fn flush(mut buffered: BufWriter<File>, path: &Path) -> Result<(), CliError> {
     buffered.flush().map_err(|e| CliError::output(path, e))
 }
 
+/// Options of a test's parquet writer: `compression` (zstd at `zstd_level`), row groups up to
+/// 1,048,576 rows, the other flags' defaults, flat layout, no caps.
+#[cfg(test)]
+pub(crate) fn test_options(compression: OutputCompression, zstd_level: i32) -> OutputOptions {
+    OutputOptions {
+        format: FormatArg::Parquet,
+        compression,
+        zstd_level,
+        codec: CodecMemory::of(compression, true, zstd_level, 1 << 20),
+        row_group_rows: 1 << 20,
+        statistics: StatisticsArg::Page,
+        dictionary_limit: 1 << 20,
+        data_page_size: 1 << 20,
+        dictionary_distinct_ratio: crate::plain_columns::DEFAULT_RATIO,
+        layout: LayoutArg::Flat,
+        hive_key: "partition".to_owned(),
+        caps: FileCaps::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -384,20 +404,7 @@ mod tests {
     use crate::codec_memory::PAGE_ROWS;
 
     fn options(compression: OutputCompression, zstd_level: i32) -> OutputOptions {
-        OutputOptions {
-            format: FormatArg::Parquet,
-            compression,
-            zstd_level,
-            codec: CodecMemory::of(compression, true, zstd_level, 1 << 20),
-            row_group_rows: 1 << 20,
-            statistics: StatisticsArg::Page,
-            dictionary_limit: 1 << 20,
-            data_page_size: 1 << 20,
-            dictionary_distinct_ratio: crate::plain_columns::DEFAULT_RATIO,
-            layout: LayoutArg::Flat,
-            hive_key: "partition".to_owned(),
-            caps: FileCaps::default(),
-        }
+        test_options(compression, zstd_level)
     }
 
     fn batch(rows: usize) -> RecordBatch {

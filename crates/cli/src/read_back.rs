@@ -475,10 +475,10 @@ mod tests {
     use parquet::file::reader::{FileReader, SerializedFileReader};
 
     use super::*;
-    use crate::args::{CompressionArg, FormatArg, LayoutArg, OutputCompression, StatisticsArg};
+    use crate::args::{CompressionArg, OutputCompression};
     use crate::buffer::{BufferSettings, Spill};
     use crate::interrupt::Interrupt;
-    use crate::part_writer::{FileCaps, OutputOptions};
+    use crate::part_writer::test_options;
     use crate::progress::Progress;
 
     #[test]
@@ -508,20 +508,7 @@ mod tests {
         };
         let buffer = Buffer::new(Arc::clone(&schema), 1, &settings).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let options = OutputOptions {
-            format: FormatArg::Parquet,
-            compression: OutputCompression::None,
-            zstd_level: 1,
-            codec: crate::codec_memory::CodecMemory::default(),
-            row_group_rows: 1 << 20,
-            statistics: StatisticsArg::Page,
-            dictionary_limit: 1 << 20,
-            data_page_size: 1 << 20,
-            dictionary_distinct_ratio: crate::plain_columns::DEFAULT_RATIO,
-            layout: LayoutArg::Flat,
-            hive_key: "partition".to_owned(),
-            caps: FileCaps::default(),
-        };
+        let options = test_options(OutputCompression::None, 1);
         let output = OutputDir::create(dir.path(), options).unwrap();
         // every byte a writer holds is over a 1-byte share; cuts at 200 rows
         let memory = WriterMemory::with_cap(buffer.pool(), 1, 200);
