@@ -84,7 +84,8 @@ pub(crate) struct ShuffleArgs {
     /// Memory the run may hold, e.g. 64MiB, 1GB, 500000 (bytes): a twelfth per --threads (at
     /// most half) is kept for input batches in flight and allocator caches, the buffer gets the
     /// rest (spilling its largest partitions from 80% of that). The output writers' open
-    /// parquet row groups are charged to the buffer's part too, at most half of it: beyond
+    /// parquet row groups, their codecs' state included, are charged to the buffer's part
+    /// too, at most half of it: beyond
     /// that row groups are cut early (never below 8,192 rows, a partition's last excepted)
     /// and what the writers cannot take stays in the buffer, which spills it. Default:
     /// unlimited (nothing is ever spilled).
@@ -110,6 +111,12 @@ pub(crate) struct ShuffleArgs {
     /// takes lz4 and zstd but not snappy).
     #[arg(long, value_enum, value_name = "CODEC")]
     pub(crate) compression: Option<OutputCompression>,
+
+    /// Zstandard level of parquet output with --compression zstd, 1 (the default, fastest) to
+    /// 22; Polars and DuckDB write level 3. Refused with any other codec, and with Arrow IPC
+    /// output (whose writer has no level).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=22))]
+    pub(crate) compression_level: Option<i32>,
 
     /// Most rows per parquet row group (a partition with more rows gets several). Under
     /// --memory-limit a row group may be cut earlier, at 8,192 rows or more (or this value if
@@ -232,7 +239,7 @@ pub(crate) enum CompressionArg {
 pub(crate) enum OutputCompression {
     /// Snappy (parquet only; the parquet default).
     Snappy,
-    /// Zstandard, level 1.
+    /// Zstandard, level 1 unless --compression-level says otherwise.
     Zstd,
     /// LZ4 (parquet's LZ4_RAW; Arrow IPC's LZ4 frame).
     Lz4,

@@ -5,6 +5,7 @@
 //!              [--memory-limit SIZE] [--spill-dir DIR | --no-spill]
 //!              [--spill-compression none|lz4|zstd] [--batch-rows N] [--compact-rows N]
 //!              [--format parquet|arrow|arrow-stream] [--compression snappy|zstd|lz4|none]
+//!              [--compression-level N]
 //!              [--row-group-rows N] [--statistics page|chunk|none]
 //!              [--dictionary-limit SIZE|off] [--data-page-size SIZE]
 //!              [--layout flat|hive] [--hive-key KEY] [--max-rows-per-file N]
@@ -28,7 +29,8 @@
 //! 5. At the same time, on `--threads` more threads, [`read_back`] subscribes to every
 //!    partition exactly once and, with `--output`, appends what is complete to its file
 //!    ([`part_writer`]) in [`output`]'s `DIR/part-00000.parquet` ... while the input is still
-//!    read, the open row groups charged to the same budget ([`writer_memory`]); the rest after
+//!    read, the open row groups charged to the same budget ([`writer_memory`]; their codecs:
+//!    [`codec_memory`]); the rest after
 //!    the input (temporary names, renamed when all are complete); [`verify`] checks them with
 //!    `--verify`. A partition spans several files under a cap per file ([`part_files`]), and
 //!    [`file_names`] names them for `--layout flat` or `hive` (`DIR/partition=P/...`). With
@@ -58,6 +60,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod args;
 mod buffer;
+mod codec_memory;
 mod error;
 mod file_names;
 mod r#gen;

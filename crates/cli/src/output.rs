@@ -35,6 +35,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use crate::args::FormatArg;
+use crate::codec_memory::CodecMemory;
 use crate::error::CliError;
 use crate::file_names::{FileNames, is_hive_file_name, is_temp_name, parse_flat_name};
 use crate::part_writer::{FileCaps, OutputOptions, PartitionWriter};
@@ -90,6 +91,11 @@ impl OutputDir {
     /// The caps per file.
     pub(crate) fn caps(&self) -> FileCaps {
         self.options.caps
+    }
+
+    /// What each parquet column writer's codec holds ([`crate::codec_memory`]).
+    pub(crate) fn codec_memory(&self) -> CodecMemory {
+        self.options.codec
     }
 
     /// A writer of file `index` of partition `p`, under its temporary name (listed first,

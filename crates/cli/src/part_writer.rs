@@ -1,5 +1,6 @@
 //! Writing one output file: the output options (`--format`, `--compression`,
-//! `--row-group-rows`, `--statistics`) turned into a parquet or Arrow IPC writer.
+//! `--compression-level`, `--row-group-rows`, `--statistics`) turned into a parquet or Arrow
+//! IPC writer.
 //!
 //! Parquet is snappy compressed by default, with row groups of at most 1,048,576 rows (the
 //! parquet crate's default), statistics per page and column chunk, dictionaries of at most
@@ -12,8 +13,9 @@
 //!
 //! In flight per writer: parquet encodes a row group in memory before writing it, so each open
 //! writer holds up to one encoded row group (at most `--row-group-rows` rows, compressed) plus
-//! its page buffers ([`PartitionWriter::memory_size`]); the output threads charge it to the
-//! run's budget and cut a row group early under memory pressure
+//! its page buffers and its columns' codecs ([`PartitionWriter::memory_size`],
+//! [`crate::codec_memory`]); the output threads charge it to the run's budget and cut a row
+//! group early under memory pressure
 //! ([`PartitionWriter::cut_row_group`], see [`crate::read_back`]).
 
 use std::fs::File;
@@ -24,12 +26,13 @@ use arrow_array::RecordBatch;
 use arrow_ipc::CompressionType;
 use arrow_ipc::writer::{FileWriter, IpcWriteOptions, StreamWriter};
 use arrow_schema::Schema;
-use parquet::arrow::ArrowWriter;
+use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::args::{FormatArg, LayoutArg, OutputCompression, ShuffleArgs, StatisticsArg};
+use crate::codec_memory::CodecMemory;
 use crate::error::CliError;
 use crate::file_names::FileNames;
 
@@ -78,6 +81,10 @@ pub(crate) struct OutputOptions {
     pub(crate) format: FormatArg,
     /// The codec (already checked to suit the format).
     pub(crate) compression: OutputCompression,
+    /// `--compression-level` of parquet zstd (1 to 22; 1 by default).
+    pub(crate) zstd_level: i32,
+    /// What the codec of each parquet column writer holds.
+    pub(crate) codec: CodecMemory,
     /// Most rows per parquet row group.
     pub(crate) row_group_rows: usize,
     /// Parquet statistics.
@@ -110,9 +117,30 @@ impl OutputOptions {
             }
             (_, Some(codec)) => codec,
         };
+        let zstd_level = match (args.compression_level, compression, args.format) {
+            (None, _, _) => 1,
+            (Some(level), OutputCompression::Zstd, FormatArg::Parquet) => level,
+            (Some(_), OutputCompression::Zstd, _) => {
+                return Err(
+                    "--compression-level is for parquet output; the Arrow IPC writer has no level"
+                        .to_owned(),
+                );
+            }
+            (Some(_), _, _) => {
+                return Err("--compression-level is for --compression zstd".to_owned());
+            }
+        };
+        let page_bytes = args.data_page_size.max(args.dictionary_limit);
         Ok(OutputOptions {
             format: args.format,
             compression,
+            zstd_level,
+            codec: CodecMemory::of(
+                compression,
+                args.format == FormatArg::Parquet,
+                zstd_level,
+                usize::try_from(page_bytes).unwrap_or(usize::MAX),
+            ),
             row_group_rows: args.row_group_rows as usize,
             statistics: args.statistics,
             dictionary_limit: usize::try_from(args.dictionary_limit).unwrap_or(usize::MAX),
@@ -136,8 +164,10 @@ impl OutputOptions {
     fn parquet_properties(&self, plain: &[String]) -> WriterProperties {
         let compression = match self.compression {
             OutputCompression::Snappy => Compression::SNAPPY,
-            // level 1 is always valid
-            OutputCompression::Zstd => Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()),
+            // the flag's range (1 to 22) is zstd's; level 1 is the default
+            OutputCompression::Zstd => {
+                Compression::ZSTD(ZstdLevel::try_new(self.zstd_level).unwrap_or_default())
+            }
             OutputCompression::Lz4 => Compression::LZ4_RAW,
             OutputCompression::None => Compression::UNCOMPRESSED,
         };
@@ -202,8 +232,18 @@ impl OutputOptions {
             path,
             inner,
             rows: 0,
+            codec: self.codec,
+            columns: leaf_columns(schema),
         })
     }
+}
+
+/// The parquet leaf columns of `schema` (a column writer, and a codec, each); for a schema
+/// parquet cannot take (the writer then fails to open), its top-level fields.
+pub(crate) fn leaf_columns(schema: &Schema) -> usize {
+    ArrowSchemaConverter::new()
+        .convert(schema)
+        .map_or(schema.fields().len(), |descriptor| descriptor.num_columns())
 }
 
 enum Inner {
@@ -244,6 +284,9 @@ pub(crate) struct PartitionWriter {
     path: PathBuf,
     inner: Inner,
     rows: u64,
+    /// What each column's codec holds, and how many columns there are.
+    codec: CodecMemory,
+    columns: usize,
 }
 
 impl PartitionWriter {
@@ -291,11 +334,15 @@ impl PartitionWriter {
     }
 
     /// Bytes this writer holds in memory: parquet's open row group (its encoded pages, the
-    /// open page and dictionary of each column); Arrow IPC writes each batch as it comes and
-    /// holds only its small write buffer, counted as 0.
+    /// open page and dictionary of each column, as the parquet crate counts them) and its
+    /// columns' codecs ([`CodecMemory::open_row_group`]); Arrow IPC writes each batch as it
+    /// comes and holds only its small write buffer, counted as 0.
     pub(crate) fn memory_size(&self) -> usize {
         match &self.inner {
-            Inner::Parquet(w) => w.memory_size(),
+            Inner::Parquet(w) => match w.in_progress_rows() {
+                0 => w.memory_size(),
+                rows => w.memory_size() + self.codec.open_row_group(self.columns, rows),
+            },
             Inner::Arrow(_) | Inner::ArrowStream(_) => 0,
         }
     }
@@ -325,4 +372,97 @@ impl PartitionWriter {
 
 fn flush(mut buffered: BufWriter<File>, path: &Path) -> Result<(), CliError> {
     buffered.flush().map_err(|e| CliError::output(path, e))
+}
+
+/// Options of a test's parquet writer: `compression` (zstd at `zstd_level`), row groups up to
+/// 1,048,576 rows, the other flags' defaults, flat layout, no caps.
+#[cfg(test)]
+pub(crate) fn test_options(compression: OutputCompression, zstd_level: i32) -> OutputOptions {
+    OutputOptions {
+        format: FormatArg::Parquet,
+        compression,
+        zstd_level,
+        codec: CodecMemory::of(compression, true, zstd_level, 1 << 20),
+        row_group_rows: 1 << 20,
+        statistics: StatisticsArg::Page,
+        dictionary_limit: 1 << 20,
+        data_page_size: 1 << 20,
+        dictionary_distinct_ratio: crate::plain_columns::DEFAULT_RATIO,
+        layout: LayoutArg::Flat,
+        hive_key: "partition".to_owned(),
+        caps: FileCaps::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+
+    use super::*;
+    use crate::codec_memory::PAGE_ROWS;
+
+    fn options(compression: OutputCompression, zstd_level: i32) -> OutputOptions {
+        test_options(compression, zstd_level)
+    }
+
+    fn batch(rows: usize) -> RecordBatch {
+        let numbers: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            (0..rows as i64).map(|i| i * 7),
+        ));
+        let words: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| format!("row {i} of the batch")),
+        ));
+        RecordBatch::try_from_iter([("n", numbers), ("w", words)]).unwrap()
+    }
+
+    /// An open row group is charged its two columns' codecs beside what the parquet crate
+    /// counts (before a page is complete the parquet part is the same for every codec); from
+    /// a page's worth of rows their workspaces too; after the cut nothing.
+    #[test]
+    fn open_row_groups_are_charged_their_codecs() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = batch(100);
+        let schema = small.schema();
+        assert_eq!(leaf_columns(&schema), 2);
+        let open = |compression, level, rows: usize| {
+            let options = options(compression, level);
+            let path = dir
+                .path()
+                .join(format!("{compression:?}-{level}-{rows}.parquet"));
+            let mut writer = options.writer(path, &schema, &[]).unwrap();
+            writer.write(&batch(rows)).unwrap();
+            (options.codec, writer)
+        };
+        let (_, none) = open(OutputCompression::None, 1, 100);
+        let plain = none.memory_size();
+        assert!(plain > 0);
+        for (compression, level) in [
+            (OutputCompression::Snappy, 1),
+            (OutputCompression::Lz4, 1),
+            (OutputCompression::Zstd, 1),
+            (OutputCompression::Zstd, 3),
+        ] {
+            let (codec, mut writer) = open(compression, level, 100);
+            assert_eq!(
+                writer.memory_size(),
+                plain + 2 * codec.context,
+                "{compression:?} {level}"
+            );
+            writer.cut_row_group().unwrap();
+            assert_eq!(writer.memory_size(), 0, "{compression:?} {level}");
+            writer.finish().unwrap();
+
+            let (codec, writer) = open(compression, level, PAGE_ROWS);
+            assert!(
+                writer.memory_size() >= 2 * (codec.context + codec.workspace),
+                "{compression:?} {level}"
+            );
+            writer.finish().unwrap();
+        }
+        let zstd = options(OutputCompression::Zstd, 1).codec;
+        assert!(zstd.context > 0 && zstd.workspace > 0, "{zstd:?}");
+        none.finish().unwrap();
+    }
 }

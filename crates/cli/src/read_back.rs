@@ -6,13 +6,16 @@
 //! **While the input runs** (the streaming phase) the thread sweeps its partitions, taking
 //! whatever is complete without waiting (`try_next`: spilled segments and batches cut at
 //! `--compact-rows`), then waits until an input thread has written another batch. Each open
-//! row group's bytes are charged to the run's pool ([`WriterMemory`]); above the writers'
+//! row group's bytes are charged to the run's pool ([`WriterMemory`]), its codecs' included,
+//! and each thread is charged what cutting one row group takes ([`crate::codec_memory`]); above the writers'
 //! share the thread cuts its largest row group of at least the minimum, and takes nothing more
 //! into smaller ones, which then stay in the buffer and may be spilled: spilling is the
 //! fallback when writers cannot hold what the input brings. With more partitions than can
 //! each hold a minimum row group within the writers' share ([`WriterMemory::streams`]), the
 //! threads take nothing while the input runs and read everything after it;
-//! docs/benchmarks.md says where the switch is on SF 1 lineitem and why.
+//! docs/benchmarks.md says where the switch is on SF 1 lineitem and why. The switch is about
+//! open row groups: without `--output` there are none, and the threads take what is complete
+//! while the input runs at any partition count.
 //!
 //! **After the input** (the buffer finished) it takes the rest of each partition, largest open
 //! row group first, one partition at a time, and completes its file (an empty partition gets a
@@ -49,6 +52,7 @@ use crate::error::CliError;
 use crate::interrupt::PausePoint;
 use crate::output::OutputDir;
 use crate::part_files::PartitionFiles;
+use crate::part_writer::leaf_columns;
 use crate::sorter::{SortSettings, Sorter};
 use crate::verify::PartitionCheck;
 use crate::workers::Control;
@@ -155,6 +159,17 @@ struct Drain<'a, 'b> {
     streaming: bool,
     /// `--sort-by`'s sorter, if partitions are sorted.
     sorter: Option<Sorter<'a>>,
+    /// Bytes charged while the thread runs for cutting a row group: its codecs' peak
+    /// ([`CodecMemory::cut`](crate::codec_memory::CodecMemory::cut)); given back on drop.
+    cut_charge: usize,
+}
+
+impl Drop for Drain<'_, '_> {
+    fn drop(&mut self) {
+        self.sink
+            .memory
+            .charge(&mut self.reservation, self.cut_charge, 0);
+    }
 }
 
 /// One output thread: its partitions subscribed, drained while the input runs and after it.
@@ -189,12 +204,20 @@ pub(crate) fn read_back(
             .sort
             .map(|settings| Sorter::new(settings, sink.memory))
             .transpose()?,
+        cut_charge: 0,
     };
+    // Cutting a row group compresses every column before any codec is freed: what that takes
+    // at its peak is this thread's for as long as it runs.
+    if let Some(output) = sink.output {
+        drain.cut_charge = output.codec_memory().cut(leaf_columns(sink.schema));
+        sink.memory
+            .charge(&mut drain.reservation, 0, drain.cut_charge);
+    }
     // Past the switch (or held by the test hook, or sorting) nothing is taken while the
-    // input runs.
+    // input runs. Counting only (no --output) opens no row group: it streams at any count.
     let hold = holds(
         std::env::var(HOLD_VAR).ok().as_deref(),
-        sink.memory.streams(buffer.partitions()),
+        sink.output.is_none() || sink.memory.streams(buffer.partitions()),
         sink.sort.is_some(),
     );
     // The streaming phase.
@@ -425,7 +448,8 @@ impl<'b> Drain<'_, 'b> {
 
 /// Whether the output threads take nothing while the input runs: with `--sort-by` always;
 /// otherwise as the hook `ARROW_SHARDS_HOLD_WRITERS` (`hook`) says (`1` holds, `0` streams),
-/// else as the switch does (`streams`: [`WriterMemory::streams`]).
+/// else as the switch does (`streams`: [`WriterMemory::streams`], or `true` without
+/// `--output`).
 fn holds(hook: Option<&str>, streams: bool, sorting: bool) -> bool {
     sorting
         || match hook {
@@ -451,10 +475,10 @@ mod tests {
     use parquet::file::reader::{FileReader, SerializedFileReader};
 
     use super::*;
-    use crate::args::{CompressionArg, FormatArg, LayoutArg, OutputCompression, StatisticsArg};
+    use crate::args::{CompressionArg, OutputCompression};
     use crate::buffer::{BufferSettings, Spill};
     use crate::interrupt::Interrupt;
-    use crate::part_writer::{FileCaps, OutputOptions};
+    use crate::part_writer::test_options;
     use crate::progress::Progress;
 
     #[test]
@@ -484,18 +508,7 @@ mod tests {
         };
         let buffer = Buffer::new(Arc::clone(&schema), 1, &settings).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let options = OutputOptions {
-            format: FormatArg::Parquet,
-            compression: OutputCompression::None,
-            row_group_rows: 1 << 20,
-            statistics: StatisticsArg::Page,
-            dictionary_limit: 1 << 20,
-            data_page_size: 1 << 20,
-            dictionary_distinct_ratio: crate::plain_columns::DEFAULT_RATIO,
-            layout: LayoutArg::Flat,
-            hive_key: "partition".to_owned(),
-            caps: FileCaps::default(),
-        };
+        let options = test_options(OutputCompression::None, 1);
         let output = OutputDir::create(dir.path(), options).unwrap();
         // every byte a writer holds is over a 1-byte share; cuts at 200 rows
         let memory = WriterMemory::with_cap(buffer.pool(), 1, 200);
@@ -523,6 +536,7 @@ mod tests {
             times: OutTimes::default(),
             streaming: true,
             sorter: None,
+            cut_charge: 0,
         };
         let mut parts = vec![Part {
             partition: 0,

@@ -35,7 +35,7 @@ use crate::hash::{KeyHasher, PARTITION_SEED};
 use crate::input::{Inputs, ReadStats};
 use crate::interrupt::Interrupt;
 use crate::output::OutputDir;
-use crate::part_writer::OutputOptions;
+use crate::part_writer::{OutputOptions, leaf_columns};
 use crate::partition::Partitioner;
 use crate::progress::Progress;
 use crate::read_back::{OutTimes, Sink, read_back};
@@ -158,7 +158,17 @@ impl Job {
     ) -> Result<(ShuffledIn, ReadBack), CliError> {
         let input_done = AtomicBool::new(false);
         let progressed = ReleaseSignal::new();
-        let memory = WriterMemory::new(self.buffer.pool(), args.row_group_rows as usize);
+        let codec = self.output.as_ref().map(|output| {
+            let columns = leaf_columns(&self.inputs.schema);
+            let codec = output.codec_memory();
+            (
+                codec.open_row_group(columns, 1),
+                codec.cut(columns).saturating_mul(self.threads as usize),
+            )
+        });
+        let (per_writer, fixed) = codec.unwrap_or_default();
+        let memory = WriterMemory::new(self.buffer.pool(), args.row_group_rows as usize)
+            .with_codec_bytes(per_writer, fixed);
         let next_thread = AtomicU32::new(0);
         let sort = self.sort_key.as_ref().map(|key| SortSettings {
             key: Arc::clone(key),

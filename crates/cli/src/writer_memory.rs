@@ -57,6 +57,10 @@ pub(crate) struct WriterMemory {
     /// Files opened while the input runs, and how many may be.
     files: AtomicUsize,
     file_budget: usize,
+    /// What an open writer's codecs hold at least, and what the output threads' cuts take
+    /// ([`crate::codec_memory`]): part of [`streams`](Self::streams)' sum.
+    codec_per_writer: usize,
+    codec_fixed: usize,
 }
 
 impl WriterMemory {
@@ -70,6 +74,18 @@ impl WriterMemory {
             min_rows: MIN_ROW_GROUP_ROWS.min(row_group_rows.max(1)),
             files: AtomicUsize::new(0),
             file_budget: open_file_budget(),
+            codec_per_writer: 0,
+            codec_fixed: 0,
+        }
+    }
+
+    /// Counts, in [`streams`](Self::streams), `per_writer` bytes of codecs per open writer
+    /// and `fixed` bytes the output threads hold for cutting row groups.
+    pub(crate) fn with_codec_bytes(self, per_writer: usize, fixed: usize) -> Self {
+        WriterMemory {
+            codec_per_writer: per_writer,
+            codec_fixed: fixed,
+            ..self
         }
     }
 
@@ -110,14 +126,20 @@ impl WriterMemory {
 
     /// Whether writing while the input is read pays with `partitions` partitions: always
     /// without a limit; under one only while every partition can hold a row group of the
-    /// minimum within the writers' share (`partitions x MIN_ROW_GROUP_ROWS x OPEN_ROW_BYTES`,
-    /// ~105 partitions at 256 MiB). Beyond it the writers could cut nothing and would only
+    /// minimum within the writers' share (`partitions x (MIN_ROW_GROUP_ROWS x OPEN_ROW_BYTES +
+    /// its codecs)` plus the threads' charge for cutting: on 2 threads at 256 MiB, 16 columns
+    /// of lineitem, 98 partitions with snappy, 33 with zstd level 1 and 25 at level 3 (its
+    /// contexts hold 99 KiB per column, and a cut up to 16 workspaces: [`crate::codec_memory`]).
+    /// Beyond it the writers could cut nothing and would only
     /// squeeze the buffer (measured at 1024 partitions under 256 MiB: 18.75 s streaming against
     /// 15.71 s writing after the input, more spilled, peak RSS past the limit's bound;
     /// docs/benchmarks.md, "The main job as a pipeline").
     pub(crate) fn streams(&self, partitions: u32) -> bool {
         self.cap.is_none_or(|cap| {
-            (partitions as usize).saturating_mul(self.min_rows * OPEN_ROW_BYTES) <= cap
+            (partitions as usize)
+                .saturating_mul(self.min_rows * OPEN_ROW_BYTES + self.codec_per_writer)
+                .saturating_add(self.codec_fixed)
+                <= cap
         })
     }
 
@@ -202,6 +224,13 @@ mod tests {
         let memory = WriterMemory::with_cap(&pool, share, MIN_ROW_GROUP_ROWS);
         assert!(memory.streams(10));
         assert!(!memory.streams(11));
+        // an open writer's codecs and the threads' cuts count too
+        let codecs =
+            WriterMemory::with_cap(&pool, share, MIN_ROW_GROUP_ROWS).with_codec_bytes(1, 0);
+        assert!(!codecs.streams(10));
+        let cuts = WriterMemory::with_cap(&pool, share, MIN_ROW_GROUP_ROWS).with_codec_bytes(0, 1);
+        assert!(!cuts.streams(10));
+        assert!(cuts.streams(9));
         let unlimited: Arc<dyn MemoryPool> = Arc::new(arrow_shards_memory::UnboundedPool::new());
         assert!(WriterMemory::new(&unlimited, 1 << 20).streams(1_000_000));
     }

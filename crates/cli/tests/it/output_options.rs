@@ -1,6 +1,7 @@
-//! The output options round-trip: `--compression`, `--row-group-rows`, `--statistics`,
-//! `--dictionary-limit` and `--dictionary-distinct-ratio` are checked in the files' parquet
-//! metadata, and the rows read back are the input's.
+//! The output options round-trip: `--compression`, `--compression-level`, `--row-group-rows`,
+//! `--statistics`, `--dictionary-limit` and `--dictionary-distinct-ratio` are checked in the
+//! files' parquet metadata (the zstd level in the files' size), and the rows read back are the
+//! input's.
 
 use std::fs::File;
 use std::path::Path;
@@ -79,6 +80,50 @@ fn parquet_codecs_are_as_asked_and_snappy_by_default() {
             .iter()
             .all(|c| matches!(c, Compression::ZSTD(_)))
     );
+}
+
+/// `--compression-level` sets parquet's zstd level (recorded in no file, so it is seen in the
+/// size: level 19 compresses the fixture smaller than the default level 1), and is refused
+/// with another codec or with Arrow IPC output.
+#[test]
+fn compression_level_sets_the_zstd_level_and_is_refused_elsewhere() {
+    let size = |dir: &Path| -> u64 {
+        (0..4)
+            .map(|p| {
+                std::fs::metadata(dir.join(format!("part-{p:05}.parquet")))
+                    .unwrap()
+                    .len()
+            })
+            .sum()
+    };
+    let level_1 = shuffled("--compression zstd");
+    let level_19 = shuffled("--compression zstd --compression-level 19");
+    assert!(
+        codecs(level_19.path())
+            .iter()
+            .all(|c| matches!(c, Compression::ZSTD(_)))
+    );
+    let total: usize = read_parts(level_19.path(), "parquet")
+        .values()
+        .map(|(_, b)| rows(b))
+        .sum();
+    assert_eq!(total, LINEITEM_ROWS);
+    assert!(
+        size(level_19.path()) < size(level_1.path()),
+        "level 19 {} bytes, level 1 {}",
+        size(level_19.path()),
+        size(level_1.path())
+    );
+    refused("--compression-level 3").stderr(predicates::str::contains(
+        "--compression-level is for --compression zstd",
+    ));
+    refused("--compression snappy --compression-level 3").stderr(predicates::str::contains(
+        "--compression-level is for --compression zstd",
+    ));
+    refused("--format arrow --compression zstd --compression-level 3").stderr(
+        predicates::str::contains("--compression-level is for parquet output"),
+    );
+    refused("--compression zstd --compression-level 23").stderr(predicates::str::contains("23"));
 }
 
 #[test]

@@ -414,3 +414,29 @@ fn past_the_switch_writers_wait_for_the_input_and_write_the_same_rows() {
 fn writers_that_hold_the_whole_limit_send_the_input_to_disk_instead_of_hanging() {
     under_2_mib_with_hook(16, Some("0"));
 }
+
+/// Counting only (no `--output`) at 1,024 and 4,096 partitions, far past the switch of 8 MiB's
+/// writers' share: no row group is open, so the partitions are read while the input is (before,
+/// the readers were held until its end and nothing was taken during it). Shards are kept as
+/// written (`--compact-rows 0`) so each is complete as soon as it is in the buffer.
+#[test]
+fn counting_without_output_streams_at_any_partition_count() {
+    for partitions in [1024, 4096] {
+        let run = shuffle(
+            &[lineitem()],
+            &format!(
+                "--key l_orderkey --partitions {partitions} --threads 1 --memory-limit 8MiB \
+                 --batch-rows 1024 --compact-rows 0 --verify --json"
+            ),
+        )
+        .env_remove("ARROW_SHARDS_HOLD_WRITERS")
+        .assert()
+        .success();
+        let report = json(&run.get_output().stdout);
+        assert_eq!(report["rows_out"], LINEITEM_ROWS, "{report}");
+        assert!(
+            report["rows_out_during_input"].as_u64().unwrap() > 0,
+            "{partitions} partitions: nothing read during the input: {report}"
+        );
+    }
+}
