@@ -5,7 +5,8 @@
 //! `state` is the buffer's one lock (see [`crate::state`]); `counters` are atomics updated
 //! without it. Lock order: `State`, then the pool's release signal (inside `MemoryPool::shrink`).
 //! Subscribers a change concerns are woken after the lock is let go ([`StateGuard`]'s drop),
-//! never under it.
+//! never under it. A lock that is contended is timed ([`Shared::lock`]: `try_lock` first, so an
+//! uncontended one reads no clock) into `counters.lock_wait_nanos` (`Metrics::lock_wait`).
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
