@@ -565,8 +565,8 @@ impl PyShardBuffer {
     /// --
     ///
     /// A snapshot of the buffer's counters: a dict keyed by the Rust `Metrics` field names
-    /// (bytes and counts as ints, `write_wait`, `spill_time` and `spill_read_time` as float
-    /// seconds, `memory_limit` and `spill_error` possibly `None`).
+    /// (bytes and counts as ints, `write_wait`, `lock_wait`, `read_wait`, `spill_time` and
+    /// `spill_read_time` as float seconds, `memory_limit` and `spill_error` possibly `None`).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let buffer = self.buffer();
         let metrics = py.detach(|| buffer.metrics());

@@ -19,6 +19,7 @@ pub(crate) fn metrics_dict<'py>(py: Python<'py>, m: &Metrics) -> PyResult<Bound<
     d.set_item("rows_read", m.rows_read)?;
     d.set_item("partitions_read", m.partitions_read)?;
     d.set_item("write_wait", m.write_wait.as_secs_f64())?;
+    d.set_item("lock_wait", m.lock_wait.as_secs_f64())?;
     d.set_item("read_wait", m.read_wait.as_secs_f64())?;
     d.set_item("read_overdrafts", m.read_overdrafts)?;
     d.set_item("rows_streamed", m.rows_streamed)?;

@@ -60,6 +60,7 @@ class Metrics(TypedDict):
     rows_read: int
     partitions_read: int
     write_wait: float
+    lock_wait: float
     read_wait: float
     read_overdrafts: int
     rows_streamed: int

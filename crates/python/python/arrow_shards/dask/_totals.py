@@ -14,7 +14,7 @@ GAUGES = frozenset({"reserved", "bytes_on_disk"})
 #: The Rust ``Metrics`` counters, summed over runs (0 before any run).
 COUNTERS = (
     "batches_written", "rows_written", "bytes_written", "batches_read", "rows_read",
-    "partitions_read", "write_wait", "bytes_spilled", "bytes_needed_to_target",
+    "partitions_read", "write_wait", "lock_wait", "bytes_spilled", "bytes_needed_to_target",
     "bytes_written_to_disk", "spill_runs", "spill_files", "spill_time", "spill_read_time",
 )
 #: Fields about the pool, not one buffer: taken from the worker's pool.
