@@ -2,8 +2,9 @@
 //! Writes are in [`crate::write`], the background spiller in [`crate::spiller`].
 //!
 //! # Locking
-//! One `Mutex<State>` ([`crate::state`]) guards partitions and accounting; counters touched by
-//! readers are atomics outside it. Lock order: `State`, then the pool's release signal (taken
+//! One `Mutex<State>` ([`crate::state`]) guards partitions and accounting; each handle's lane
+//! ([`crate::lanes`]) has its own mutex, locked before `State`; counters touched by readers are
+//! atomics outside both. Lock order: lanes, `State`, then the pool's release signal (taken
 //! inside `MemoryPool::shrink`). Nothing blocks, spawns, sends or does I/O under `State`; the
 //! spiller's thread handle has its own mutex, never taken together with `State`.
 
@@ -18,9 +19,10 @@ use arrow_shards_spill::SpillDir;
 
 use crate::config::{Config, SpillConfig};
 use crate::error::{ConfigError, Error};
+use crate::lanes::OwnLane;
 use crate::metrics::Metrics;
 use crate::read::PartitionReader;
-use crate::shared::{Counters, Shared};
+use crate::shared::{Counters, Registry, Shared};
 use crate::spiller::Spiller;
 use crate::spiller::side::SpillSide;
 use crate::state::{PartitionSize, State};
@@ -33,6 +35,13 @@ use crate::subscribe::{SubscriptionReader, SubscriptionStream};
 /// [`seal`]ed or the whole buffer is [`finish`]ed, getting its batches back in write order (per
 /// producer).
 ///
+/// Each handle is a producer: rows of small writes are copied into open batches of its own,
+/// with no lock shared with other handles, so producers on their own clones copy in parallel
+/// (threads sharing one handle take turns). Rows written through one handle keep their order
+/// per partition; rows of different handles are in no set order. A handle's open batches join
+/// their partitions when it is dropped, when its partitions are read, sealed and taken, or
+/// spilled.
+///
 /// [`write`]: ShardBuffer::write
 /// [`read`]: ShardBuffer::read
 /// [`seal`]: ShardBuffer::seal
@@ -42,6 +51,15 @@ pub struct ShardBuffer {
     pub(crate) shared: Arc<Shared>,
     /// The spiller thread, stopped when the last handle goes (readers do not keep it).
     pub(crate) spiller: Option<Arc<Spiller>>,
+    /// The open batches this handle's writes copy rows into (a clone gets its own).
+    pub(crate) lane: OwnLane,
+}
+
+impl Drop for ShardBuffer {
+    /// Cuts the rows this handle copied into open batches into their partitions.
+    fn drop(&mut self) {
+        self.lane.hand_over(&self.shared);
+    }
 }
 
 impl ShardBuffer {
@@ -76,6 +94,7 @@ impl ShardBuffer {
             compact: config.compact,
             config,
             state,
+            lanes: Registry::default(),
             counters: Counters::default(),
             spill,
         });
@@ -86,7 +105,11 @@ impl ShardBuffer {
         } else {
             None
         };
-        Ok(Self { shared, spiller })
+        Ok(Self {
+            shared,
+            spiller,
+            lane: OwnLane::default(),
+        })
     }
 
     /// Makes chosen file operations of the spill directory fail (tests of error paths).
@@ -143,7 +166,9 @@ impl ShardBuffer {
     /// batches being spilled back from memory; the spill's copy is discarded.
     pub fn read(&self, partition: u32) -> Result<PartitionReader, Error> {
         self.shared.check_partition(partition)?;
-        let taken = self.shared.lock().take_for_read(partition)?;
+        let taken = self
+            .shared
+            .with_lanes(|state, lanes| state.take_for_read(partition, lanes))?;
         Ok(PartitionReader::new(Arc::clone(&self.shared), taken))
     }
 
@@ -369,13 +394,12 @@ impl ShardBuffer {
         if let Some(spiller) = &self.spiller {
             spiller.stop();
         }
-        let (metrics, drained, spill_error) = {
-            let mut state = self.shared.lock();
+        let (metrics, drained, spill_error) = self.shared.with_lanes(|state, lanes| {
             state.check_balance()?;
-            let metrics = self.metrics_of(&state);
-            let (drained, spill_error) = state.close();
-            (metrics, drained, spill_error)
-        };
+            let metrics = self.metrics_of(state);
+            let (drained, spill_error) = state.close(lanes);
+            Ok::<_, Error>((metrics, drained, spill_error))
+        })?;
         drop(drained);
         // Writers waiting for room must wake up to see `closed` and take their batch back, even
         // when this buffer released nothing (its pool is full of another buffer's batches).

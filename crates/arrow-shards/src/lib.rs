@@ -81,6 +81,7 @@ mod error;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod fuzz;
 mod grouping;
+mod lanes;
 mod leftovers;
 mod metrics;
 mod oversized;

@@ -2,10 +2,12 @@
 //! pool, the settings, the state behind its lock, the counters kept outside it, the spill side.
 //!
 //! # Locking
-//! `state` is the buffer's one lock (see [`crate::state`]); `counters` are atomics updated
-//! without it. Lock order: `State`, then the pool's release signal (inside `MemoryPool::shrink`).
+//! `state` is the buffer's ledger lock (see [`crate::state`]); each producer's lane has its own
+//! mutex ([`crate::lanes`]); `counters` are atomics updated without any. Lock order: lanes (a
+//! writer its own, [`Shared::with_lanes`] every one in registry order), then `State`, then the
+//! pool's release signal (inside `MemoryPool::shrink`).
 //! Subscribers a change concerns are woken after the lock is let go ([`StateGuard`]'s drop),
-//! never under it. A lock that is contended is timed ([`Shared::lock`]: `try_lock` first, so an
+//! never under it. A lock (state or lane) that is contended is timed (`try_lock` first, so an
 //! uncontended one reads no clock) into `counters.lock_wait_nanos` (`Metrics::lock_wait`).
 
 use std::ops::{Deref, DerefMut};
@@ -20,7 +22,7 @@ use crate::compact::CompactConfig;
 use crate::config::Config;
 use crate::error::Error;
 use crate::spiller::side::SpillSide;
-use crate::state::State;
+use crate::state::{Lane, Lanes, State};
 use std::sync::Arc;
 
 /// State shared by every clone of a buffer and by its readers.
@@ -33,6 +35,8 @@ pub(crate) struct Shared {
     /// `config.compact`, read on every write.
     pub(crate) compact: Option<CompactConfig>,
     pub(crate) state: Mutex<State>,
+    /// Every producer's open batches (locked before `state`, see [`crate::lanes`]).
+    pub(crate) lanes: Registry,
     pub(crate) counters: Counters,
     pub(crate) spill: Option<SpillSide>,
 }
@@ -43,29 +47,52 @@ pub(crate) struct Counters {
     pub(crate) batches_read: AtomicU64,
     pub(crate) rows_read: AtomicU64,
     pub(crate) write_wait_nanos: AtomicU64,
-    /// Time spent waiting for the state lock while another thread held it.
+    /// Time spent waiting for the state lock or a lane while another thread held it.
     pub(crate) lock_wait_nanos: AtomicU64,
 }
 
 impl Shared {
     pub(crate) fn lock(&self) -> StateGuard<'_> {
-        // A panic under the lock cannot leave State half-updated in a way that loses batches:
-        // every mutation is a push or a take; keep serving rather than poisoning every handle.
-        let guard = match self.state.try_lock() {
+        StateGuard(Some(self.timed(&self.state)))
+    }
+
+    /// Locks `lane` (a writer's own; see [`crate::lanes`] for the order).
+    pub(crate) fn lock_lane<'a>(&self, lane: &'a Mutex<Lane>) -> MutexGuard<'a, Lane> {
+        self.timed(lane)
+    }
+
+    /// Locks every lane, then the state, and runs `f` with them: for whoever needs the open
+    /// batches of every producer (spill rounds, reads, takes, close). The state is let go
+    /// (and subscribers woken) before the lanes.
+    pub(crate) fn with_lanes<R>(&self, f: impl FnOnce(&mut State, Lanes<'_, '_>) -> R) -> R {
+        let cells = self.lanes.snapshot();
+        let mut lanes: Vec<MutexGuard<'_, Lane>> = cells.iter().map(|l| self.timed(l)).collect();
+        let result = {
+            let mut state = self.lock();
+            f(&mut state, &mut lanes)
+        };
+        drop(lanes);
+        result
+    }
+
+    /// Locks `mutex`, timing the wait into `lock_wait_nanos` if another thread holds it (an
+    /// uncontended lock reads no clock). A panic under a lock cannot leave the state
+    /// half-updated in a way that loses batches (every mutation is a push or a take): a
+    /// poisoned lock keeps serving rather than failing every handle.
+    fn timed<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        match mutex.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                // contended: time the wait (an uncontended lock costs no clock read)
                 let started = Instant::now();
-                let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                let guard = mutex.lock().unwrap_or_else(PoisonError::into_inner);
                 let waited = started.elapsed().as_nanos() as u64;
                 self.counters
                     .lock_wait_nanos
                     .fetch_add(waited, Ordering::Relaxed);
                 guard
             }
-        };
-        StateGuard(Some(guard))
+        }
     }
 
     pub(crate) fn check_partition(&self, partition: u32) -> Result<(), Error> {
@@ -77,6 +104,34 @@ impl Shared {
                 num_partitions: self.num_partitions,
             })
         }
+    }
+}
+
+/// A lane behind its mutex, shared by its handle and the registry.
+pub(crate) type LaneCell = Arc<Mutex<Lane>>;
+
+/// The lanes of a buffer, in the order they are locked together.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    lanes: Mutex<Vec<LaneCell>>,
+}
+
+impl Registry {
+    fn list(&self) -> MutexGuard<'_, Vec<LaneCell>> {
+        self.lanes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lanes registered now.
+    pub(crate) fn snapshot(&self) -> Vec<LaneCell> {
+        self.list().clone()
+    }
+
+    pub(crate) fn add(&self, lane: &LaneCell) {
+        self.list().push(Arc::clone(lane));
+    }
+
+    pub(crate) fn remove(&self, lane: &LaneCell) {
+        self.list().retain(|l| !Arc::ptr_eq(l, lane));
     }
 }
 

@@ -75,8 +75,7 @@ impl Claim {
         }
         let chunk = self
             .shared
-            .lock()
-            .take_some(self.partition)
+            .with_lanes(|state, lanes| state.take_some(self.partition, lanes))
             .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
         self.ended = chunk.last;
         self.taken += chunk.taken.rows() as u64;
@@ -101,11 +100,10 @@ impl Drop for Claim {
         if self.ended && undelivered == 0 {
             return;
         }
-        let discarded = {
-            let mut state = self.shared.lock();
+        let discarded = self.shared.with_lanes(|state, lanes| {
             state.note_discarded(undelivered);
-            (!self.ended).then(|| state.abandon(self.partition))
-        };
+            (!self.ended).then(|| state.abandon(self.partition, lanes))
+        });
         // Dropped after unlock: a segment's drop may delete a file.
         drop(discarded);
     }

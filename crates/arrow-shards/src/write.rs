@@ -33,6 +33,7 @@ use crate::schema_check::conform;
 use crate::shard::{Shard, Stored};
 use crate::spiller::Spiller;
 use crate::spiller::side::NeedGuard;
+use crate::state::insert::Admitted;
 
 /// What a write attempt came to.
 enum Attempt {
@@ -324,7 +325,19 @@ impl ShardBuffer {
     /// the whole limit goes to disk when the buffer spills, and is refused otherwise (the other
     /// way to disk, a buffer with nothing to spill, is decided in `may_wait`).
     fn attempt(&self, partition: u32, shard: Shard) -> Result<Attempt, WriteError> {
-        let result = self.shared.lock().try_insert(partition, shard);
+        let result = {
+            let mut lane = self.shared.lock_lane(self.lane.get(&self.shared));
+            let admitted = self.shared.lock().try_insert(&mut lane, partition, shard);
+            match admitted {
+                Ok(Admitted::Stored) => Ok(()),
+                // Charged: the rows are copied with only this producer's lane held.
+                Ok(Admitted::Copy(pending)) => {
+                    let copied = pending.copy(&mut lane);
+                    self.shared.lock().book(&mut lane, pending, copied)
+                }
+                Err(refused) => Err(refused),
+            }
+        };
         match result {
             Ok(()) => {
                 self.wake_spiller_if_over_threshold();

@@ -233,9 +233,12 @@ impl Job {
             .units((args.batch_rows as usize).max(INPUT_BATCH_ROWS));
         let results = on_threads(self.threads, &self.control, || {
             let partitioner = Partitioner::new(self.hasher.clone(), self.buffer.partitions());
+            // A handle per thread: each is a producer that copies without waiting for the
+            // others (its open batches join their partitions when it is dropped, at the end).
+            let buffer = self.buffer.clone();
             shuffle_in(
                 &units,
-                &self.buffer,
+                &buffer,
                 partitioner,
                 &self.control,
                 progressed,

@@ -170,13 +170,15 @@ pub(crate) fn run_streaming(input: &Input, limit: Option<usize>, spill_root: &Pa
     Ok(Run::of(&metrics, write_secs, read_secs, close_secs))
 }
 
-/// Writes every shard and chunk of `input` from `producers` threads, dealt to them in turn.
+/// Writes every shard and chunk of `input` from `producers` threads, dealt to them in turn,
+/// each through its own handle (a producer: its copies take no lock the others wait for).
 fn write_from(buffer: &ShardBuffer, input: &Input, producers: usize) -> Result<()> {
     let shards: Vec<_> = input.shards().collect();
     std::thread::scope(|s| {
         let writers: Vec<_> = (0..producers)
             .map(|w| {
                 let shards = &shards;
+                let buffer = buffer.clone();
                 s.spawn(move || -> Result<()> {
                     for (partition, shard) in shards.iter().skip(w).step_by(producers) {
                         buffer.write_blocking(*partition, (*shard).clone())?;

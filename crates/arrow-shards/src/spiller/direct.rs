@@ -22,7 +22,7 @@ use super::side::SpillSide;
 use crate::error::Error;
 use crate::shard::Part;
 use crate::shared::Shared;
-use crate::state::SizedBatches;
+use crate::state::{Lanes, SizedBatches, State};
 
 /// A direct write's segments on disk, per partition, not yet part of their partitions: the
 /// writer commits them with [`State::land_direct`](crate::state::State::land_direct), or drops
@@ -95,7 +95,15 @@ type Started = (u32, u64, SizedBatches);
 /// Checks that every part's partition may be written and marks its memory batches in flight,
 /// all under one lock: `(partition, ticket, batches)` per part.
 fn start(shared: &Shared, parts: &[Part]) -> Result<Vec<Started>, (u32, Error)> {
-    let mut state = shared.lock();
+    shared.with_lanes(|state, lanes| start_locked(state, lanes, parts))
+}
+
+/// [`start`] with every lane and the state locked.
+fn start_locked(
+    state: &mut State,
+    lanes: Lanes<'_, '_>,
+    parts: &[Part],
+) -> Result<Vec<Started>, (u32, Error)> {
     for (partition, _) in parts {
         state
             .check_writable(*partition)
@@ -106,7 +114,7 @@ fn start(shared: &Shared, parts: &[Part]) -> Result<Vec<Started>, (u32, Error)> 
     }
     let mut started = Vec::with_capacity(parts.len());
     for (partition, _) in parts {
-        match state.start_spill_of(*partition) {
+        match state.start_spill_of(*partition, lanes) {
             Ok(Some((ticket, batches))) => started.push((*partition, ticket, batches)),
             refused => {
                 for (partition, ticket, _) in &started {

@@ -55,16 +55,18 @@ pub(super) fn round(shared: &Shared, me: &Weak<Peer>, side: &SpillSide, first: b
         .upgrade()
         .and_then(|me| me.largest_other(shared.pool.spill_peers()));
     let floor = elsewhere.as_ref().map_or(0, |(bytes, _)| *bytes);
-    let (ticket, chosen) = {
-        let mut state = shared.lock();
+    let started = shared.with_lanes(|state, lanes| {
         if state.is_closed() {
-            return Round::Done;
+            return None;
         }
-        let (ticket, chosen) = state.start_spill(want, floor);
+        let (ticket, chosen) = state.start_spill(want, floor, lanes);
         if !chosen.is_empty() {
             state.note_needed(want);
         }
-        (ticket, chosen)
+        Some((ticket, chosen))
+    });
+    let Some((ticket, chosen)) = started else {
+        return Round::Done;
     };
     if chosen.is_empty() {
         if let Some((_, largest)) = elsewhere {

@@ -18,8 +18,12 @@
 //! memory and voids the spill's ticket, so the segment that spill produces is dropped: no loss,
 //! no duplicate.
 //!
+//! Rows copied from small shards wait in open batches, one per partition in each producer's
+//! [`Lane`] ([`lane`]), before they are cut into stored batches; the ledger charges them
+//! (`open_charge`) and counts their rows (`open_rows`) here.
+//!
 //! A partition's reader ([`Reader`]) is claimed once. A subscription takes the segments and
-//! stored batches there now, never the open batch until the partition is sealed or the buffer
+//! stored batches there now, never an open batch until the partition is sealed or the buffer
 //! finished; what is left stays spillable. Changes a subscriber waits for (a stored batch or
 //! segments added, seal, finish, close) queue its `Notify` in `wakes`, fired by the lock guard
 //! after unlock ([`crate::shared::StateGuard`]).
@@ -28,11 +32,11 @@
 //! All of it lives in one `Mutex<State>` inside the buffer ([`crate::ShardBuffer`]). The lock is
 //! held for pushing or taking batches, the allocation set, the victim index, and growing or
 //! shrinking the reservation (an atomic on the pool, plus the pool's release-signal mutex when
-//! shrinking: lock order `State` -> `ReleaseSignal`), and also for copying: rows routed to an
-//! open batch are copied into it under the lock, and a full open batch is cut into a stored
-//! batch (its arrays built) under it. So the copies of small shards are serialized, and a second
-//! producer on the same buffer gains nothing while the first copies; moving the copies out of
-//! the lock is open work. It is never held
+//! shrinking: lock order `State` -> `ReleaseSignal`), for cutting open batches (their buffers
+//! move into arrays; nothing is copied), and for the copies of a reordered batch's ranges
+//! (`insert.rs`). The copies of small shards and of scattered batches copied in place, the
+//! write path's per-row work, are made outside it, into the writer's own lane, with only that
+//! lane's mutex held (lock order: lanes, then `State`; [`crate::lanes`]). It is never held
 //! across I/O, a spawn, a channel send or a wait, and nothing that may delete a file (a
 //! `SegmentRef`) is dropped under it: such values are handed out to be dropped after unlock.
 
@@ -50,7 +54,8 @@ use crate::metrics::Metrics;
 use crate::shard::Stored;
 use crate::victims::LargestFirst;
 
-mod insert;
+pub(crate) mod insert;
+mod lane;
 mod take;
 #[cfg(test)]
 mod tests;
@@ -74,9 +79,10 @@ pub(crate) struct InFlight {
 #[derive(Debug, Default)]
 pub(crate) struct Partition {
     batches: Vec<Stored>,
-    /// Rows copied in from small shards, after `batches` in write order (see [`crate::compact`]).
-    open: Option<OpenBatch>,
-    /// What `open` is charged (`OpenBatch::bytes`), 0 without one.
+    /// Rows copied in from small shards, in the lanes' open batches (see [`lane`] and
+    /// [`crate::compact`]), after `batches` in each producer's write order.
+    open_rows: usize,
+    /// What the lanes' open batches of this partition are charged (their `Slot::charge`s).
     open_charge: usize,
     /// Where the next open batch starts: set from the last one cut (bookkeeping of a few words
     /// per column, not charged, like the rest of this struct).
@@ -91,6 +97,24 @@ pub(crate) struct Partition {
     memory_rows: usize,
     spilled_rows: usize,
 }
+
+/// One producer's open batches, one slot per partition (see `lane.rs`).
+#[derive(Debug)]
+pub(crate) struct Lane {
+    slots: Vec<Slot>,
+}
+
+/// A partition's open batch in a lane, and what it is charged in the ledger.
+#[derive(Debug, Default)]
+struct Slot {
+    open: Option<OpenBatch>,
+    /// What `open` is charged (`OpenBatch::bytes` when it was last booked), 0 without one.
+    charge: usize,
+}
+
+/// The lanes a caller locked (every lane of the buffer, before its state), as
+/// [`crate::shared::Shared::with_lanes`] hands them.
+pub(crate) type Lanes<'a, 'b> = &'a mut [std::sync::MutexGuard<'b, Lane>];
 
 /// Who reads a partition.
 #[derive(Debug, Default)]
@@ -167,6 +191,9 @@ pub(crate) struct State {
     allocations: AllocationSet,
     /// Stored batches' overheads plus open batches' charges.
     extra: usize,
+    /// Growth charged for copies being made into lanes outside the lock, booked into `extra`
+    /// when each copy is done (`insert.rs`).
+    copying: usize,
     /// What the pool holds for this buffer: `allocations.bytes() + extra` at every unlock.
     reservation: MemoryReservation,
     victims: LargestFirst,
@@ -208,6 +235,7 @@ impl State {
             partitions: (0..num_partitions).map(|_| Partition::default()).collect(),
             allocations: AllocationSet::new(),
             extra: 0,
+            copying: 0,
             reservation,
             victims: LargestFirst::new(spilling),
 
@@ -315,10 +343,10 @@ impl State {
 
     /// Closes: refuses everything afterwards and takes every batch, open batch and segment out
     /// (to drop after unlock); with the spill error, if spilling was failing.
-    pub(crate) fn close(&mut self) -> (Drained, Option<Arc<SpillError>>) {
+    pub(crate) fn close(&mut self, lanes: Lanes<'_, '_>) -> (Drained, Option<Arc<SpillError>>) {
         self.closed = true;
         self.wake_all();
-        (self.drain_all(), self.spill_error.clone())
+        (self.drain_all(lanes), self.spill_error.clone())
     }
 
     /// Refuses writes to a closed or finished buffer.
@@ -347,7 +375,7 @@ impl State {
 
     /// The bytes this buffer holds: what the reservation must equal at unlock.
     fn held(&self) -> usize {
-        self.allocations.bytes() + self.extra
+        self.allocations.bytes() + self.extra + self.copying
     }
 
     /// Sets the reservation to what is held (a forced grow or a shrink of the difference).
@@ -391,13 +419,14 @@ impl State {
         self.bytes_changed(partition, old);
     }
 
-    /// Turns `partition`'s open batch, if it has rows, into a stored batch after the others.
-    /// The caller settles the reservation afterwards.
-    fn cut(&mut self, partition: u32) -> Result<(), Error> {
-        let p = &mut self.partitions[partition as usize];
-        let Some(open) = p.open.as_mut().filter(|o| o.rows() > 0) else {
+    /// Turns `partition`'s open batch in `slot` (a lane's), if it has rows, into a stored batch
+    /// after the others. Moves its buffers, copies nothing. The caller settles the reservation
+    /// afterwards.
+    fn cut(&mut self, partition: u32, slot: &mut Slot) -> Result<(), Error> {
+        let Some(open) = slot.open.as_mut().filter(|o| o.rows() > 0) else {
             return Ok(());
         };
+        let p = &mut self.partitions[partition as usize];
         let rows = open.rows();
         let next = open.next_start();
         let batch = open
@@ -406,13 +435,15 @@ impl State {
         let mut stored = Stored::new(batch);
         // The open batch is dropped: a fresh one allocates on the next append, starting at
         // `next`.
-        p.open = None;
+        slot.open = None;
         p.start = next;
         let old = p.bytes;
-        let charge = std::mem::take(&mut p.open_charge);
+        let charge = std::mem::take(&mut slot.charge);
+        p.open_charge -= charge;
         p.bytes -= charge;
         self.extra -= charge;
         p.memory_rows -= rows;
+        p.open_rows -= rows;
         let added = self.allocations.insert(&stored.allocations);
         // A cut never adds to the charge, so that no cut (by the spiller, a read or a write)
         // can push the pool past its limit: the batch's fixed overhead is charged at most at
@@ -429,24 +460,21 @@ impl State {
     pub(crate) fn partition_sizes(&self) -> Vec<PartitionSize> {
         self.partitions
             .iter()
-            .map(|p| {
-                let open = p.open.as_ref().map_or(0, |o| o.rows());
-                PartitionSize {
-                    memory_bytes: p.batches.iter().map(Stored::cost).sum::<usize>() + p.open_charge,
-                    memory_batches: p.batches.len() + usize::from(open > 0),
-                    memory_rows: p.memory_rows,
-                    spilled_bytes: p.segments.iter().map(SegmentRef::memory_bytes).sum(),
-                    spilled_rows: p.spilled_rows,
-                    segments: p.segments.len(),
-                    spilling: p.in_flight.is_some(),
-                }
+            .map(|p| PartitionSize {
+                memory_bytes: p.batches.iter().map(Stored::cost).sum::<usize>() + p.open_charge,
+                memory_batches: p.batches.len() + usize::from(p.open_rows > 0),
+                memory_rows: p.memory_rows,
+                spilled_bytes: p.segments.iter().map(SegmentRef::memory_bytes).sum(),
+                spilled_rows: p.spilled_rows,
+                segments: p.segments.len(),
+                spilling: p.in_flight.is_some(),
             })
             .collect()
     }
 
     /// Takes every batch, open batch and segment out (on close); returns them to drop after
     /// unlock.
-    fn drain_all(&mut self) -> Drained {
+    fn drain_all(&mut self, lanes: Lanes<'_, '_>) -> Drained {
         let mut batches = Vec::new();
         let mut open = Vec::new();
         let mut segments = Vec::new();
@@ -456,10 +484,16 @@ impl State {
             }
             p.bytes = 0;
             p.open_charge = 0;
+            p.open_rows = 0;
             p.memory_rows = 0;
             batches.append(&mut p.batches);
-            open.extend(p.open.take());
             segments.append(&mut p.segments);
+        }
+        for lane in lanes.iter_mut() {
+            for slot in &mut lane.slots {
+                slot.charge = 0;
+                open.extend(slot.open.take());
+            }
         }
         for stored in &batches {
             self.allocations.remove(&stored.allocations);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrow_shards_spill::SegmentRef;
 use tokio::sync::Notify;
 
-use super::{Reader, State, Taken};
+use super::{Lanes, Reader, State, Taken};
 use crate::compact::{OpenBatch, Start};
 use crate::error::Error;
 use crate::shard::Stored;
@@ -23,19 +23,23 @@ pub(crate) struct Chunk {
 
 /// What an abandoned partition held, to drop after unlock (dropping a segment may delete a
 /// file).
-pub(crate) type Discarded = (Vec<Stored>, Option<OpenBatch>, Vec<SegmentRef>);
+pub(crate) type Discarded = (Vec<Stored>, Vec<OpenBatch>, Vec<SegmentRef>);
 
 impl State {
     /// Marks `partition` read and takes its segments and batches, open batch included (it must
     /// be sealed or the buffer finished), with a reservation for the bytes those batches alone
     /// keep alive; allocations shared with other partitions stay charged to the buffer.
-    pub(crate) fn take_for_read(&mut self, partition: u32) -> Result<Taken, Error> {
+    pub(crate) fn take_for_read(
+        &mut self,
+        partition: u32,
+        lanes: Lanes<'_, '_>,
+    ) -> Result<Taken, Error> {
         self.claim(partition)?;
         let p = &self.partitions[partition as usize];
         if !(p.sealed || self.finished) {
             return Err(Error::NotComplete { partition });
         }
-        let taken = self.take_rest(partition)?;
+        let taken = self.take_rest(partition, lanes)?;
         self.partitions[partition as usize].reader = Reader::Done;
         self.partitions_read += 1;
         Ok(taken)
@@ -70,9 +74,14 @@ impl State {
     }
 
     /// Takes what `partition`'s subscription may have now: its segments and stored batches,
-    /// and its open batch if it holds the subscription's minimum of rows; once it is sealed or
-    /// the buffer finished, its open batch whatever its size, and that take is the last.
-    pub(crate) fn take_some(&mut self, partition: u32) -> Result<Chunk, Error> {
+    /// and its open batches (one per lane) that hold the subscription's minimum of rows; once it
+    /// is sealed or the buffer finished, its open batches whatever their size, and that take is
+    /// the last.
+    pub(crate) fn take_some(
+        &mut self,
+        partition: u32,
+        lanes: Lanes<'_, '_>,
+    ) -> Result<Chunk, Error> {
         if self.closed {
             return Err(Error::Closed);
         }
@@ -81,12 +90,11 @@ impl State {
         };
         let p = &self.partitions[partition as usize];
         if p.sealed || self.finished {
-            let taken = self.take_rest(partition)?;
+            let taken = self.take_rest(partition, lanes)?;
             self.partitions[partition as usize].reader = Reader::Done;
             return Ok(Chunk { taken, last: true });
         }
-        if min_rows > 0 && p.open.as_ref().is_some_and(|o| o.rows() >= min_rows) {
-            self.cut(partition)?;
+        if min_rows > 0 && self.cut_lanes_from(partition, min_rows, lanes)? {
             self.settle();
         }
         let taken = self.take_taken(partition);
@@ -94,9 +102,9 @@ impl State {
         Ok(Chunk { taken, last: false })
     }
 
-    /// Cuts `partition`'s open batch and takes everything.
-    fn take_rest(&mut self, partition: u32) -> Result<Taken, Error> {
-        self.cut(partition)?;
+    /// Cuts `partition`'s open batches and takes everything.
+    fn take_rest(&mut self, partition: u32, lanes: Lanes<'_, '_>) -> Result<Taken, Error> {
+        self.cut_lanes(partition, lanes)?;
         self.settle();
         let taken = self.take_taken(partition);
         self.partitions[partition as usize].start = Start::default();
@@ -120,7 +128,7 @@ impl State {
         let batches = std::mem::take(&mut p.batches);
         let segments = std::mem::take(&mut p.segments);
         p.spilled_rows = 0;
-        p.memory_rows = p.open.as_ref().map_or(0, OpenBatch::rows);
+        p.memory_rows = p.open_rows;
         let now = p.bytes;
         self.victims.update(partition, old, now);
         for s in &batches {
@@ -138,18 +146,16 @@ impl State {
     /// Ends `partition`'s subscription before its end: what it holds is discarded (returned,
     /// to drop after unlock) and so is what is written to it from now on
     /// (`Metrics::rows_discarded`). Nothing happens if the subscription had reached its end.
-    pub(crate) fn abandon(&mut self, partition: u32) -> Discarded {
+    pub(crate) fn abandon(&mut self, partition: u32, lanes: Lanes<'_, '_>) -> Discarded {
         let p = &mut self.partitions[partition as usize];
         if !matches!(p.reader, Reader::Streaming { .. }) {
-            return (Vec::new(), None, Vec::new());
+            return (Vec::new(), Vec::new(), Vec::new());
         }
         p.reader = Reader::Abandoned;
         let rows = p.memory_rows + p.spilled_rows;
-        let open = p.open.take();
-        let charge = std::mem::take(&mut p.open_charge);
         let old = p.bytes;
-        p.bytes -= charge;
-        self.extra -= charge;
+        let open = self.drop_lanes(partition, lanes);
+        let p = &self.partitions[partition as usize];
         if p.in_flight.is_none() {
             self.victims.update(partition, old, p.bytes);
         }

@@ -10,7 +10,10 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_shards_memory::{BoundedPool, MemoryPool, MemoryReservation};
 use proptest::prelude::*;
 
-use super::{Reader, State, Taken};
+use std::sync::{Mutex, MutexGuard};
+
+use super::insert::Admitted;
+use super::{Lane, Reader, State, Taken};
 use crate::compact::CompactConfig;
 use crate::route::{Route, Scatter, route_scattered};
 use crate::scatter::scatter_routed;
@@ -46,6 +49,33 @@ enum Op {
     /// A spill of the partition in flight while its subscription takes, then committed.
     SpillTake(u32),
     Abandon(u32),
+    /// A producer's handle dropped: its lane's open batches cut into their partitions.
+    HandOver(usize),
+}
+
+/// Two producers, each with its own lane.
+const LANES: usize = 2;
+
+/// Every lane locked, as `Shared::with_lanes` does.
+fn all(lanes: &[Mutex<Lane>]) -> Vec<MutexGuard<'_, Lane>> {
+    lanes.iter().map(|l| l.lock().unwrap()).collect()
+}
+
+/// A write as `ShardBuffer::attempt` makes it: charged under the lock, then (for a copy) the
+/// rows copied into the lane with the lock let go, where the ledger must balance too, then
+/// booked. `true` if it went in.
+fn insert(state: &mut State, lane: &Mutex<Lane>, partition: u32, shard: Shard) -> bool {
+    let mut lane = lane.lock().unwrap();
+    match state.try_insert(&mut lane, partition, shard) {
+        Ok(Admitted::Stored) => true,
+        Ok(Admitted::Copy(pending)) => {
+            state.check_balance().unwrap();
+            let copied = pending.copy(&mut lane);
+            state.book(&mut lane, pending, copied).unwrap();
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -56,6 +86,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0usize..100_000).prop_map(Op::Spill),
         (0..PARTITIONS, any::<bool>()).prop_map(|(p, commit)| Op::SpillOf(p, commit)),
         (0..PARTITIONS).prop_map(Op::Read),
+        (0..LANES).prop_map(Op::HandOver),
         (0..PARTITIONS, prop_oneof![Just(0usize), 1usize..300])
             .prop_map(|(p, min)| Op::Subscribe(p, min)),
         (0..PARTITIONS).prop_map(Op::TakeSome),
@@ -121,17 +152,19 @@ proptest! {
         );
         let (mut next, mut taken_rows) = (0i64, 0usize);
         let mut taken = Vec::new();
-        for op in &ops {
+        let lanes: Vec<Mutex<Lane>> = (0..LANES).map(|_| Mutex::new(Lane::new(PARTITIONS))).collect();
+        for (i, op) in ops.iter().enumerate() {
+            let lane = &lanes[i % LANES];
             match *op {
                 Op::Whole(p, n) => {
                     let shard = Shard::Whole(Stored::new(batch(next, n)));
-                    if state.try_insert(p, shard).is_ok() {
+                    if insert(&mut state, lane, p, shard) {
                         next += n as i64;
                     }
                 }
                 Op::Small(p, n) => {
                     let Some(config) = compact else { continue };
-                    if state.try_insert(p, Shard::Small(batch(next, n), config)).is_ok() {
+                    if insert(&mut state, lane, p, Shard::Small(batch(next, n), config)) {
                         next += n as i64;
                     }
                 }
@@ -149,18 +182,19 @@ proptest! {
                     let scattered = scatter_routed(batch(next, n), (&ids).into(), PARTITIONS, &pool, route)
                         .map_err(|(e, _)| e)
                         .unwrap();
-                    if state.try_insert(0, Shard::Scattered(Box::new(scattered))).is_ok() {
+                    if insert(&mut state, lane, 0, Shard::Scattered(Box::new(scattered))) {
                         next += n as i64;
                     }
                 }
                 Op::Spill(want) => {
-                    let (ticket, chosen) = state.start_spill(want, 0);
+                    let (ticket, chosen) = state.start_spill(want, 0, &mut all(&lanes));
                     for (p, _) in chosen {
                         assert!(state.commit_spill(p, ticket, Vec::new()).is_empty());
                     }
                 }
                 Op::SpillOf(p, commit) => {
-                    if let Ok(Some((ticket, _))) = state.start_spill_of(p) {
+                    let started = state.start_spill_of(p, &mut all(&lanes));
+                    if let Ok(Some((ticket, _))) = started {
                         if commit {
                             assert!(state.commit_spill(p, ticket, Vec::new()).is_empty());
                         } else {
@@ -168,6 +202,7 @@ proptest! {
                         }
                     }
                 }
+                Op::HandOver(l) => state.flush_lane(&mut lanes[l].lock().unwrap()).unwrap(),
                 Op::Subscribe(..) | Op::TakeSome(_) | Op::SpillTake(_) | Op::Abandon(_) => {}
                 Op::Read(p) => {
                     state.seal(p).unwrap();
@@ -175,7 +210,8 @@ proptest! {
                         let part = &state.partitions[p as usize];
                         part.memory_rows + part.spilled_rows
                     };
-                    if let Ok(t) = state.take_for_read(p) {
+                    let read = state.take_for_read(p, &mut all(&lanes));
+                    if let Ok(t) = read {
                         taken_rows += rows;
                         taken.push(t);
                     }
@@ -189,13 +225,16 @@ proptest! {
                 Op::TakeSome(p) => {
                     // Counted from the partition: the fake spills above land no segments.
                     let before = rows_of(&state, p);
-                    if let Ok(chunk) = state.take_some(p) {
+                    let took = state.take_some(p, &mut all(&lanes));
+                    if let Ok(chunk) = took {
                         taken_rows += before - rows_of(&state, p);
                         taken.push(chunk.taken);
                         // A take leaves an open batch under the subscription's minimum only.
                         if let Reader::Streaming { min_rows, .. } = state.partitions[p as usize].reader {
-                            let open = state.partitions[p as usize].open.as_ref().map_or(0, |o| o.rows());
-                            prop_assert!(min_rows == 0 || open < min_rows, "{} rows left open", open);
+                            for lane in all(&lanes) {
+                                let open = lane.rows(p);
+                                prop_assert!(min_rows == 0 || open < min_rows, "{} rows left open", open);
+                            }
                         }
                     }
                 }
@@ -203,10 +242,11 @@ proptest! {
                     if !matches!(state.partitions[p as usize].reader, Reader::Streaming { .. }) {
                         continue;
                     }
-                    if let Ok(Some((ticket, batches))) = state.start_spill_of(p) {
+                    let started = state.start_spill_of(p, &mut all(&lanes));
+                    if let Ok(Some((ticket, batches))) = started {
                         let voided = state.spills_voided;
                         let before = rows_of(&state, p);
-                        let chunk = state.take_some(p).unwrap();
+                        let chunk = state.take_some(p, &mut all(&lanes)).unwrap();
                         prop_assert_eq!(state.spills_voided, voided + 1);
                         let in_flight: usize = batches.iter().map(|(b, _)| b.num_rows()).sum();
                         let memory: usize = chunk.taken.batches.iter().map(|s| s.batch.num_rows()).sum();
@@ -219,13 +259,13 @@ proptest! {
                         prop_assert_eq!(state.partitions[p as usize].memory_rows, before);
                     }
                 }
-                Op::Abandon(p) => drop(state.abandon(p)),
+                Op::Abandon(p) => drop(state.abandon(p, &mut all(&lanes))),
                 _ => {}
             }
             assert_balanced(&state, &pool, &taken, taken_rows, op);
         }
         drop(taken);
-        let (drained, _) = state.close();
+        let (drained, _) = state.close(&mut all(&lanes));
         drop(drained);
         state.check_balance().unwrap();
         prop_assert_eq!(pool.reserved(), 0);

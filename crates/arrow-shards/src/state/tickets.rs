@@ -5,7 +5,7 @@
 use arrow_shards_memory::Exclusive;
 use arrow_shards_spill::SegmentRef;
 
-use super::{InFlight, LandedPart, Reader, SizedBatches, State};
+use super::{InFlight, LandedPart, Lanes, Reader, SizedBatches, State};
 use crate::error::Error;
 use crate::shard::Stored;
 
@@ -36,6 +36,7 @@ impl State {
         &mut self,
         want: usize,
         floor: usize,
+        lanes: Lanes<'_, '_>,
     ) -> (u64, Vec<(u32, SizedBatches)>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
@@ -59,7 +60,7 @@ impl State {
                 bytes: 0,
                 data: 0,
             });
-            let cut = self.cut(partition);
+            let cut = self.cut_lanes(partition, lanes);
             let p = &mut self.partitions[partition as usize];
             if cut.is_err() || p.batches.is_empty() {
                 // Only a bug fails a cut; an abandoned partition's cut batch was discarded.
@@ -96,11 +97,12 @@ impl State {
     pub(crate) fn start_spill_of(
         &mut self,
         partition: u32,
+        lanes: Lanes<'_, '_>,
     ) -> Result<Option<(u64, SizedBatches)>, Error> {
         if self.partitions[partition as usize].in_flight.is_some() {
             return Ok(None);
         }
-        self.cut(partition)?;
+        self.cut_lanes(partition, lanes)?;
         self.settle();
         let ticket = self.next_ticket;
         self.next_ticket += 1;
