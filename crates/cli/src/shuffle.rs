@@ -259,11 +259,23 @@ impl Job {
     /// and written to its temporary file.
     fn read_back(&self, verify: bool, sink: &Sink<'_>) -> Result<ReadBack, CliError> {
         let partitions = self.buffer.partitions();
+        // Cutting a row group compresses every column before any codec is freed: what that
+        // takes at its peak, once per output thread, is charged for as long as any of them
+        // runs, since a thread done with its partitions lends itself to the writers of the
+        // others (`crate::spare_threads`), which then compress on it.
+        let cut_charge = sink.output.map_or(0, |output| {
+            let cut = output.codec_memory().cut(leaf_columns(sink.schema));
+            cut.saturating_mul(self.threads as usize)
+        });
+        let mut reservation = sink.memory.reservation();
+        sink.memory.charge(&mut reservation, 0, cut_charge);
         let results = on_threads(self.threads, &self.control, || {
             let mut check = verify.then(|| PartitionCheck::new(&self.hasher, partitions));
             let times = read_back(&self.buffer, sink, check.as_mut(), &self.control)?;
             Ok((times, check))
-        })?;
+        });
+        sink.memory.charge(&mut reservation, cut_charge, 0);
+        let results = results?;
         let mut read_back = ReadBack {
             times: OutTimes::default(),
             check: None,
@@ -301,6 +313,10 @@ impl Job {
             .as_ref()
             .map(|o| o.plain_columns().to_vec())
             .unwrap_or_default();
+        let encode_steps_helped = self
+            .output
+            .as_ref()
+            .map_or(0, |o| o.spare_threads().helped());
         if let Some(output) = self.output {
             output.commit()?;
         }
@@ -334,6 +350,7 @@ impl Job {
             rows_out_during_input: out.rows_during_input,
             input_wall_s: seconds(shuffled.input_done_at),
             early_row_group_cuts: out.early_cuts,
+            encode_steps_helped,
             writer_share: read_back.writer_cap,
             verify_s: seconds(out.verify),
             sort_by: (!args.sort_by.is_empty()).then(|| {
