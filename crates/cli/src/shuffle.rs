@@ -166,9 +166,9 @@ impl Job {
                 codec.cut(columns).saturating_mul(self.threads as usize),
             )
         });
-        let (per_writer, fixed) = codec.unwrap_or_default();
+        let (per_writer, cuts) = codec.unwrap_or_default();
         let memory = WriterMemory::new(self.buffer.pool(), args.row_group_rows as usize)
-            .with_codec_bytes(per_writer, fixed);
+            .with_codec_bytes(per_writer, cuts);
         let next_thread = AtomicU32::new(0);
         let sort = self.sort_key.as_ref().map(|key| SortSettings {
             key: Arc::clone(key),
@@ -192,7 +192,7 @@ impl Job {
             progressed: &progressed,
         };
         let (shuffled, read_back) = std::thread::scope(|scope| {
-            let output = scope.spawn(|| self.read_back(args.verify, &sink));
+            let output = scope.spawn(|| self.read_back(args.verify, &sink, cuts));
             let shuffled = self.shuffle_in(args, &progressed, started);
             if shuffled.is_err() {
                 self.control.stop();
@@ -256,25 +256,22 @@ impl Job {
     }
 
     /// The output threads: every partition taken once, while the input runs and after it,
-    /// and written to its temporary file.
-    fn read_back(&self, verify: bool, sink: &Sink<'_>) -> Result<ReadBack, CliError> {
+    /// and written to its temporary file. `cuts`: what cutting a row group takes at its peak
+    /// (`crate::codec_memory`), once per output thread.
+    fn read_back(&self, verify: bool, sink: &Sink<'_>, cuts: usize) -> Result<ReadBack, CliError> {
         let partitions = self.buffer.partitions();
-        // Cutting a row group compresses every column before any codec is freed: what that
-        // takes at its peak, once per output thread, is charged for as long as any of them
-        // runs, since a thread done with its partitions lends itself to the writers of the
-        // others (`crate::spare_threads`), which then compress on it.
-        let cut_charge = sink.output.map_or(0, |output| {
-            let cut = output.codec_memory().cut(leaf_columns(sink.schema));
-            cut.saturating_mul(self.threads as usize)
-        });
+        // Cutting a row group compresses every column before any codec is freed: `cuts` is
+        // charged for as long as any output thread runs, since a thread done with its
+        // partitions lends itself to the writers of the others (`crate::spare_threads`), which
+        // then compress on it.
         let mut reservation = sink.memory.reservation();
-        sink.memory.charge(&mut reservation, 0, cut_charge);
+        sink.memory.charge(&mut reservation, 0, cuts);
         let results = on_threads(self.threads, &self.control, || {
             let mut check = verify.then(|| PartitionCheck::new(&self.hasher, partitions));
             let times = read_back(&self.buffer, sink, check.as_mut(), &self.control)?;
             Ok((times, check))
         });
-        sink.memory.charge(&mut reservation, cut_charge, 0);
+        sink.memory.charge(&mut reservation, cuts, 0);
         let results = results?;
         let mut read_back = ReadBack {
             times: OutTimes::default(),
