@@ -23,8 +23,8 @@
 //! 4) until none is left. A column writer's output depends only on what it is given, in order,
 //! never on the thread that runs it, so a file's bytes are the same whichever way it was
 //! encoded, and the same as `ArrowWriter`'s (tested below). Helpers are spawned per step (a
-//! thread's start costs microseconds, a batch of [`MIN_HELPED_ROWS`] rows or more milliseconds
-//! of encoding), so nothing is kept running between steps.
+//! thread's start costs microseconds, a step of [`MIN_HELPED_ROWS`] rows or more milliseconds
+//! of encoding; smaller steps get none), so nothing is kept running between steps.
 //!
 //! Memory: the column writers hold what `ArrowWriter`'s would, counted the same way
 //! ([`ParquetFile::memory_size`], `ArrowWriter::memory_size`'s sum); the chunks of a cut are
@@ -56,9 +56,9 @@ use parquet::file::writer::SerializedFileWriter;
 
 use crate::spare_threads::SpareThreads;
 
-/// Batches of fewer rows are encoded on the calling thread alone: their columns take about as
-/// long to encode as a helper thread takes to start.
-pub(crate) const MIN_HELPED_ROWS: usize = 1024;
+/// Batches, and row groups cut, of fewer rows are encoded on the calling thread alone: their
+/// columns take about as long to encode as a helper thread takes to start.
+const MIN_HELPED_ROWS: usize = 1024;
 
 /// A parquet file being written: create, `write` batches, `flush` to cut a row group, `close`.
 pub(crate) struct ParquetFile {
@@ -148,7 +148,7 @@ impl ParquetFile {
             return Ok(());
         };
         let mut row_group = self.file.next_row_group()?;
-        let helpers = self.spare.borrow(open.columns.len().saturating_sub(1));
+        let helpers = self.spare.borrow(wanted(open.rows, open.columns.len()));
         let chunks: Vec<ArrowColumnChunk> =
             on_helpers(helpers.count(), open.columns, ArrowColumnWriter::close)?;
         drop(helpers);
@@ -192,9 +192,8 @@ impl ParquetFile {
     }
 }
 
-/// Writes `batch`'s columns to `open`'s column writers, a top-level field per step of the
-/// queue (its leaves in order); helpers borrowed from `spare` for batches of
-/// [`MIN_HELPED_ROWS`] rows or more.
+/// Writes `batch`'s columns to `open`'s column writers, a top-level field per task of the
+/// queue (its leaves in order), with helpers borrowed from `spare`.
 fn write_columns(
     schema: &SchemaRef,
     leaves: &[usize],
@@ -209,12 +208,7 @@ fn write_columns(
         fields.push((field, array, writers));
         rest = after;
     }
-    let wanted = if batch.num_rows() >= MIN_HELPED_ROWS {
-        fields.len().saturating_sub(1)
-    } else {
-        0
-    };
-    let helpers = spare.borrow(wanted);
+    let helpers = spare.borrow(wanted(batch.num_rows(), fields.len()));
     on_helpers(helpers.count(), fields, |(field, array, writers)| {
         for (writer, leaf) in writers.iter_mut().zip(compute_leaves(field, array)?) {
             writer.write(&leaf)?;
@@ -223,6 +217,16 @@ fn write_columns(
     })?;
     open.rows += batch.num_rows();
     Ok(())
+}
+
+/// Helpers a step over `rows` rows and `tasks` columns may use: one per column beyond the
+/// calling thread's, none below [`MIN_HELPED_ROWS`] rows.
+fn wanted(rows: usize, tasks: usize) -> usize {
+    if rows >= MIN_HELPED_ROWS {
+        tasks.saturating_sub(1)
+    } else {
+        0
+    }
 }
 
 /// `work` applied to every task, on the calling thread and `helpers` scoped threads, each
