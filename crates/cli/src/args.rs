@@ -205,7 +205,9 @@ pub(crate) struct ShuffleArgs {
     pub(crate) max_bytes_per_file: Option<u64>,
 
     /// Threads that decode and partition input batches; as many more write the output while
-    /// the input is read. Default: the number of cores.
+    /// the input is read. An output thread with no partition left to write helps the others
+    /// encode their parquet columns (with --partitions below N from the start).
+    /// Default: the number of cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub(crate) threads: Option<u32>,
 

@@ -30,12 +30,14 @@
 //! threads do not count.
 //!
 //! How it is charged: an open row group is charged its columns' contexts, plus their
-//! workspaces once it holds as many rows as a page may ([`CodecMemory::open_row_group`]); each
-//! output thread is charged, for as long as it runs, what cutting one row group takes at its
-//! peak: every column's workspace and one call's scratch ([`CodecMemory::cut`]), since a cut
-//! compresses every column before any codec is freed. Both are upper bounds: a workspace sized
-//! for a smaller page is smaller, and memory that zstd allocates but never writes is not
-//! resident.
+//! workspaces once it holds as many rows as a page may ([`CodecMemory::open_row_group`]); the
+//! output threads are charged, once per thread and for as long as any of them runs, what
+//! cutting one row group takes at its peak: every column's workspace and one call's scratch
+//! ([`CodecMemory::cut`]), since a cut compresses every column before any codec is freed. A
+//! thread done with its partitions stays charged: it is lent to the writers still at work
+//! ([`crate::spare_threads`]), and compresses one page at a time for them, so the pages in
+//! flight never outnumber the scratches charged. Both are upper bounds: a workspace sized for
+//! a smaller page is smaller, and memory that zstd allocates but never writes is not resident.
 
 use zstd_safe::{CCtx, CParameter, DCtx};
 

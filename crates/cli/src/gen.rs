@@ -9,7 +9,7 @@
 //! version, the same bytes). The file is written under a temporary name beside FILE and renamed
 //! when complete; on failure the temporary file is removed.
 
-mod all_types;
+pub(crate) mod all_types;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

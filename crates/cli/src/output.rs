@@ -29,7 +29,7 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -40,6 +40,7 @@ use crate::error::CliError;
 use crate::file_names::{FileNames, is_hive_file_name, is_temp_name, parse_flat_name};
 use crate::part_writer::{FileCaps, OutputOptions, PartitionWriter};
 use crate::plain_columns::PlainColumns;
+use crate::spare_threads::SpareThreads;
 
 /// One file started by this run.
 #[derive(Debug, Clone)]
@@ -59,6 +60,8 @@ pub(crate) struct OutputDir {
     started: Mutex<Vec<Started>>,
     /// Parquet columns written without a dictionary, chosen from the input's first batch.
     plain: PlainColumns,
+    /// Output threads with nothing left to write, lent to the parquet writers.
+    spare: Arc<SpareThreads>,
     committed: bool,
 }
 
@@ -79,6 +82,7 @@ impl OutputDir {
             names,
             started: Mutex::new(Vec::new()),
             plain: PlainColumns::default(),
+            spare: Arc::default(),
             committed: false,
         })
     }
@@ -111,7 +115,13 @@ impl OutputDir {
             temp: temp.clone(),
             final_name: self.names.final_name(p, index),
         });
-        self.options.writer(temp, schema, self.plain.names())
+        self.options
+            .writer(temp, schema, self.plain.names(), &self.spare)
+    }
+
+    /// The output threads lent to the parquet writers ([`crate::spare_threads`]).
+    pub(crate) fn spare_threads(&self) -> &SpareThreads {
+        &self.spare
     }
 
     /// Chooses the parquet columns to write plain from `batch`, if it is the first input batch

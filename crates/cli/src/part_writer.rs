@@ -11,6 +11,10 @@
 //! Arrow IPC output is uncompressed by default and takes lz4 or zstd (its format has no
 //! snappy).
 //!
+//! Parquet files are written by [`ParquetFile`]: the parquet crate's `ArrowWriter` taken apart,
+//! so that a row group's columns can be encoded on output threads with nothing else to do
+//! ([`crate::parquet_file`]); the bytes are `ArrowWriter`'s either way.
+//!
 //! In flight per writer: parquet encodes a row group in memory before writing it, so each open
 //! writer holds up to one encoded row group (at most `--row-group-rows` rows, compressed) plus
 //! its page buffers and its columns' codecs ([`PartitionWriter::memory_size`],
@@ -21,12 +25,13 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_ipc::CompressionType;
 use arrow_ipc::writer::{FileWriter, IpcWriteOptions, StreamWriter};
 use arrow_schema::Schema;
-use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+use parquet::arrow::ArrowSchemaConverter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
@@ -35,6 +40,8 @@ use crate::args::{FormatArg, LayoutArg, OutputCompression, ShuffleArgs, Statisti
 use crate::codec_memory::CodecMemory;
 use crate::error::CliError;
 use crate::file_names::FileNames;
+use crate::parquet_file::ParquetFile;
+use crate::spare_threads::SpareThreads;
 
 /// Rows appended between two checks of a file's size against `--max-bytes-per-file`
 /// ([`crate::part_files`] says what the caps guarantee).
@@ -201,20 +208,22 @@ impl OutputOptions {
     }
 
     /// A writer of a new file at `path`; parquet columns named in `plain` without a
-    /// dictionary.
+    /// dictionary, encoded with the threads `spare` lends ([`crate::parquet_file`]).
     pub(crate) fn writer(
         &self,
         path: PathBuf,
         schema: &Schema,
         plain: &[String],
+        spare: &Arc<SpareThreads>,
     ) -> Result<PartitionWriter, CliError> {
         let file = File::create(&path).map_err(|e| CliError::output(&path, e))?;
         let fail = |e| CliError::output(&path, e);
         let inner = match self.format {
             FormatArg::Parquet => {
                 let props = self.parquet_properties(plain);
-                let writer = ArrowWriter::try_new(file, schema.clone().into(), Some(props))
-                    .map_err(|e| CliError::output(&path, e))?;
+                let writer =
+                    ParquetFile::try_new(file, schema.clone().into(), props, Arc::clone(spare))
+                        .map_err(|e| CliError::output(&path, e))?;
                 Inner::Parquet(Box::new(writer))
             }
             FormatArg::Arrow => Inner::Arrow(Box::new(
@@ -247,7 +256,7 @@ pub(crate) fn leaf_columns(schema: &Schema) -> usize {
 }
 
 enum Inner {
-    Parquet(Box<ArrowWriter<File>>),
+    Parquet(Box<ParquetFile>),
     Arrow(Box<FileWriter<Counted>>),
     ArrowStream(Box<StreamWriter<Counted>>),
 }
@@ -315,7 +324,7 @@ impl PartitionWriter {
     }
 
     /// The file's size so far: for parquet the bytes written plus the parquet writer's
-    /// estimate of the open row group once encoded (`ArrowWriter::in_progress_size`); for
+    /// estimate of the open row group once encoded ([`ParquetFile::in_progress_size`]); for
     /// Arrow IPC the bytes written (each batch is written as it comes). Without the footer.
     pub(crate) fn size(&self) -> u64 {
         match &self.inner {
@@ -396,8 +405,6 @@ pub(crate) fn test_options(compression: OutputCompression, zstd_level: i32) -> O
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use arrow_array::{ArrayRef, Int64Array, StringArray};
 
     use super::*;
@@ -431,7 +438,7 @@ mod tests {
             let path = dir
                 .path()
                 .join(format!("{compression:?}-{level}-{rows}.parquet"));
-            let mut writer = options.writer(path, &schema, &[]).unwrap();
+            let mut writer = options.writer(path, &schema, &[], &Arc::default()).unwrap();
             writer.write(&batch(rows)).unwrap();
             (options.codec, writer)
         };

@@ -7,7 +7,8 @@
 //! whatever is complete without waiting (`try_next`: spilled segments and batches cut at
 //! `--compact-rows`), then waits until an input thread has written another batch. Each open
 //! row group's bytes are charged to the run's pool ([`WriterMemory`]), its codecs' included,
-//! and each thread is charged what cutting one row group takes ([`crate::codec_memory`]); above the writers'
+//! and each thread is charged what cutting one row group takes ([`crate::codec_memory`],
+//! charged for all threads at once by [`crate::shuffle`]); above the writers'
 //! share the thread cuts its largest row group of at least the minimum, and takes nothing more
 //! into smaller ones, which then stay in the buffer and may be spilled: spilling is the
 //! fallback when writers cannot hold what the input brings. With more partitions than can
@@ -26,6 +27,11 @@
 //! through the thread's [`Sorter`] before it is written.
 //!
 //! Without `--output` the batches are only counted (and checked).
+//!
+//! A thread with no partition left to write (none from the start when `--partitions` is below
+//! `--threads`, else once its last file is complete) lends itself to the parquet writers of
+//! the others, which encode their columns on it ([`crate::spare_threads`],
+//! [`crate::parquet_file`]).
 //!
 //! Test and benchmark hook: with `ARROW_SHARDS_HOLD_WRITERS=1` in the environment the threads
 //! take nothing while the input runs (writers slower than any input): everything is read after
@@ -52,7 +58,6 @@ use crate::error::CliError;
 use crate::interrupt::PausePoint;
 use crate::output::OutputDir;
 use crate::part_files::PartitionFiles;
-use crate::part_writer::leaf_columns;
 use crate::sorter::{SortSettings, Sorter};
 use crate::verify::PartitionCheck;
 use crate::workers::Control;
@@ -159,17 +164,6 @@ struct Drain<'a, 'b> {
     streaming: bool,
     /// `--sort-by`'s sorter, if partitions are sorted.
     sorter: Option<Sorter<'a>>,
-    /// Bytes charged while the thread runs for cutting a row group: its codecs' peak
-    /// ([`CodecMemory::cut`](crate::codec_memory::CodecMemory::cut)); given back on drop.
-    cut_charge: usize,
-}
-
-impl Drop for Drain<'_, '_> {
-    fn drop(&mut self) {
-        self.sink
-            .memory
-            .charge(&mut self.reservation, self.cut_charge, 0);
-    }
 }
 
 /// One output thread: its partitions subscribed, drained while the input runs and after it.
@@ -204,14 +198,12 @@ pub(crate) fn read_back(
             .sort
             .map(|settings| Sorter::new(settings, sink.memory))
             .transpose()?,
-        cut_charge: 0,
     };
-    // Cutting a row group compresses every column before any codec is freed: what that takes
-    // at its peak is this thread's for as long as it runs.
-    if let Some(output) = sink.output {
-        drain.cut_charge = output.codec_memory().cut(leaf_columns(sink.schema));
-        sink.memory
-            .charge(&mut drain.reservation, 0, drain.cut_charge);
+    // A thread with no partition lends itself to the writers of the others from the start.
+    if parts.is_empty()
+        && let Some(output) = sink.output
+    {
+        output.spare_threads().lend();
     }
     // Past the switch (or held by the test hook, or sorting) nothing is taken while the
     // input runs. Counting only (no --output) opens no row group: it streams at any count.
@@ -237,6 +229,7 @@ pub(crate) fn read_back(
     }
     // After the input: the largest open row groups are completed first, freeing their memory.
     drain.streaming = false;
+    let had_parts = !parts.is_empty();
     parts.sort_by_key(|p| std::cmp::Reverse(p.charged));
     for part in parts {
         if !control.go_on()? {
@@ -254,6 +247,10 @@ pub(crate) fn read_back(
     }
     if let Some(sorter) = &drain.sorter {
         drain.times.sort_runs = sorter.runs_written;
+    }
+    // Its last partition written, the thread lends itself to the writers still at work.
+    if had_parts && let Some(output) = sink.output {
+        output.spare_threads().lend();
     }
     Ok(drain.times)
 }
@@ -536,7 +533,6 @@ mod tests {
             times: OutTimes::default(),
             streaming: true,
             sorter: None,
-            cut_charge: 0,
         };
         let mut parts = vec![Part {
             partition: 0,

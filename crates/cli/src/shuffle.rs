@@ -166,9 +166,9 @@ impl Job {
                 codec.cut(columns).saturating_mul(self.threads as usize),
             )
         });
-        let (per_writer, fixed) = codec.unwrap_or_default();
+        let (per_writer, cuts) = codec.unwrap_or_default();
         let memory = WriterMemory::new(self.buffer.pool(), args.row_group_rows as usize)
-            .with_codec_bytes(per_writer, fixed);
+            .with_codec_bytes(per_writer, cuts);
         let next_thread = AtomicU32::new(0);
         let sort = self.sort_key.as_ref().map(|key| SortSettings {
             key: Arc::clone(key),
@@ -192,7 +192,7 @@ impl Job {
             progressed: &progressed,
         };
         let (shuffled, read_back) = std::thread::scope(|scope| {
-            let output = scope.spawn(|| self.read_back(args.verify, &sink));
+            let output = scope.spawn(|| self.read_back(args.verify, &sink, cuts));
             let shuffled = self.shuffle_in(args, &progressed, started);
             if shuffled.is_err() {
                 self.control.stop();
@@ -259,14 +259,23 @@ impl Job {
     }
 
     /// The output threads: every partition taken once, while the input runs and after it,
-    /// and written to its temporary file.
-    fn read_back(&self, verify: bool, sink: &Sink<'_>) -> Result<ReadBack, CliError> {
+    /// and written to its temporary file. `cuts`: what cutting a row group takes at its peak
+    /// (`crate::codec_memory`), once per output thread.
+    fn read_back(&self, verify: bool, sink: &Sink<'_>, cuts: usize) -> Result<ReadBack, CliError> {
         let partitions = self.buffer.partitions();
+        // Cutting a row group compresses every column before any codec is freed: `cuts` is
+        // charged for as long as any output thread runs, since a thread done with its
+        // partitions lends itself to the writers of the others (`crate::spare_threads`), which
+        // then compress on it.
+        let mut reservation = sink.memory.reservation();
+        sink.memory.charge(&mut reservation, 0, cuts);
         let results = on_threads(self.threads, &self.control, || {
             let mut check = verify.then(|| PartitionCheck::new(&self.hasher, partitions));
             let times = read_back(&self.buffer, sink, check.as_mut(), &self.control)?;
             Ok((times, check))
-        })?;
+        });
+        sink.memory.charge(&mut reservation, cuts, 0);
+        let results = results?;
         let mut read_back = ReadBack {
             times: OutTimes::default(),
             check: None,
@@ -304,6 +313,10 @@ impl Job {
             .as_ref()
             .map(|o| o.plain_columns().to_vec())
             .unwrap_or_default();
+        let encode_steps_helped = self
+            .output
+            .as_ref()
+            .map_or(0, |o| o.spare_threads().helped());
         if let Some(output) = self.output {
             output.commit()?;
         }
@@ -337,6 +350,7 @@ impl Job {
             rows_out_during_input: out.rows_during_input,
             input_wall_s: seconds(shuffled.input_done_at),
             early_row_group_cuts: out.early_cuts,
+            encode_steps_helped,
             writer_share: read_back.writer_cap,
             verify_s: seconds(out.verify),
             sort_by: (!args.sort_by.is_empty()).then(|| {

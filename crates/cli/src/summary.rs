@@ -84,6 +84,9 @@ pub(crate) struct Report {
     /// Parquet row groups cut before `--row-group-rows` because the writers held their share
     /// of the memory limit.
     pub(crate) early_row_group_cuts: u64,
+    /// Parquet encoding steps (a batch's columns, or a row group's cut) that ran on more than
+    /// one thread: output threads with no partition left helped the writers still at work.
+    pub(crate) encode_steps_helped: u64,
     /// The most bytes the output writers' open row groups may hold (half the buffer's pool),
     /// or null without a limit.
     pub(crate) writer_share: Option<u64>,
@@ -273,6 +276,7 @@ mod tests {
             "rows_out_during_input",
             "input_wall_s",
             "early_row_group_cuts",
+            "encode_steps_helped",
             "writer_share",
             "sort_by",
             "sort_s",

@@ -12,4 +12,5 @@ mod output_options;
 mod shuffle;
 mod small_budget;
 mod sort;
+mod spare_threads;
 mod util;
