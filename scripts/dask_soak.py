@@ -18,9 +18,11 @@ its own ``local_directory``, which Dask removes when the next worker starts in t
 space.
 
 A chaos thread waits until every worker is connected, sleeps 0.5-1.5 x ``--kill-every``
-seconds, waits for the next shuffle to start and 0-1 s more, and SIGKILLs one at random: either the worker process alone (its nanny starts a new
+seconds, waits for the next shuffle to start and 0-1 s more, and SIGKILLs a worker chosen at
+random, one of two ways chosen at random: the worker process alone (its nanny starts a new
 one) or the whole ``dask worker`` process group (nanny and worker; the script starts a new
-``dask worker``), alternately chosen at random. Meanwhile the main thread runs, one after the
+``dask worker``). It counts the kills made while a shuffle ran and the spill directories the
+killed process left (their names carry its pid). Meanwhile the main thread runs, one after the
 other, a ``df.shuffle(on="k", shuffle_method="p2p")`` and a ``dd.merge(..., on="k",
 shuffle_method="p2p")`` on new random data each time (int64 ids and keys, object and pyarrow
 strings with nulls, nullable ints, floats with NaN, two Arrow decimals with nulls), until
@@ -35,9 +37,10 @@ A sampler reads every worker process's RSS every 0.25 s and records any above it
 limit + 10%. At the end the chaos stops, one more shuffle runs on the quiet cluster (so every
 replacement process has built a buffer, and swept), the script waits for every P2P run to close
 and then for no ``arrow-shards-spill-*`` directory to be left under ROOT; then it stops the
-cluster. It prints a line per shuffle and a summary (``--json PATH`` writes it as JSON too) and
-exits 1 on any mismatch, hang, leftover spill directory, RSS breach, or fewer completed
-shuffles or kills than asked for.
+cluster and checks that nothing but Dask's lock files is left in the scratch space (and the
+shared spill root). It prints a line per shuffle and a summary (``--json PATH`` writes it as
+JSON too) and exits 1 on any mismatch, hang, leftover, RSS breach, or fewer completed shuffles
+or kills than asked for.
 """
 
 from __future__ import annotations
@@ -231,6 +234,17 @@ def spill_dirs_under(root: Path) -> list[str]:
     return found
 
 
+def left_on_disk(root: Path) -> list[str]:
+    """Everything under the workers' scratch space and the shared spill root but Dask's
+    ``dask-scratch-space`` directory and its lock files."""
+    found = []
+    for sub in ("scratch", "spill"):
+        for path in sorted((root / sub).rglob("*")):
+            if path.name != "dask-scratch-space" and path.suffix not in (".lock", ".dirlock"):
+                found.append(str(path))
+    return found
+
+
 class Chaos(threading.Thread):
     """Every 0.5-1.5 x ``every`` seconds, once all workers are connected, SIGKILLs one."""
 
@@ -345,7 +359,8 @@ def make_frame(rows: int, rng: np.random.Generator) -> pd.DataFrame:
     cents = rng.integers(0, 10**8, rows)
     texts = pa.array([f"{c // 100}.{c % 100:02d}" for c in cents])
     price = texts.cast(pa.decimal128(12, 2))
-    qty = pa.array(rng.integers(1, 51, rows).astype("int32"), mask=nulls[::-1]).cast(pa.decimal128(15, 2))
+    quantities = pa.array(rng.integers(1, 51, rows).astype("int32"), mask=nulls[::-1])
+    qty = quantities.cast(pa.decimal128(15, 2))
     return pd.DataFrame(
         {
             "id": np.arange(rows, dtype="int64"),
@@ -525,8 +540,9 @@ def soak(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         cluster.stop()
         if reference_cluster is not None:
             reference_cluster.close()
-    # after a clean stop nothing of ours is left either
-    summary["leftovers"] += [d for d in spill_dirs_under(root) if d not in summary["leftovers"]]
+    # after a clean stop nothing is left in the scratch space and the spill root but Dask's
+    # empty lock files
+    summary["leftovers"] += [d for d in left_on_disk(root) if d not in summary["leftovers"]]
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["loadavg"] = os.getloadavg()
     return summary
