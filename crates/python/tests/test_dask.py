@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,38 @@ def test_a_local_output_partition_is_read_without_trips_through_the_event_loop(
     # every output partition is read on its own worker in the end: Dask's path there would
     # sync flush_receive once per partition
     assert "flush_receive" not in trips and "_ensure_output_worker" not in trips, trips
+
+
+def test_a_runs_buffers_and_spill_directories_are_made_on_the_workers_event_loop(
+    client, plugin, monkeypatch
+):
+    # where Dask makes a run's directory and where distributed's test_bad_disk removes the
+    # worker's local directory mid-shuffle (shutil.rmtree, blocking the loop): a buffer built
+    # in a P2P thread made its spill directory during that rmtree once in a few runs, which
+    # then failed with ENOTEMPTY; built on the loop, it finds the directory gone and fails the
+    # run, as the test expects
+    import asyncio
+
+    from arrow_shards.dask import _receive
+
+    made_on = []
+    original = _receive.ShardBuffer
+
+    def recording(*args, **kwargs):
+        try:
+            made_on.append(id(asyncio.get_running_loop()))
+        except RuntimeError:
+            made_on.append(threading.current_thread().name)  # no loop: a thread of a pool
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_receive, "ShardBuffer", recording)
+    plugin(memory_limit="256KiB")  # spills: every buffer makes its spill directory
+    ddf = dd.from_pandas(frame(rows=20_000), npartitions=6)
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+    loops = set(client.run(lambda dask_worker: id(dask_worker.loop.asyncio_loop)).values())
+    assert made_on, "the recorder sees the buffers built"
+    assert set(made_on) <= loops, made_on
 
 
 def test_every_worker_spills_under_a_tiny_budget_and_cleans_up(client, plugin):

@@ -13,7 +13,8 @@ coalescing on read), each value once and unused values kept, so a categorical ke
 categories, as Dask's own P2P does.
 
 Locking: ``ReceiveBuffer._lock`` guards the ``_buffers`` dict; it is not held across a
-buffer's build (which makes a directory), write, read or close. It is held across
+buffer's build (which makes a directory; the run calls ``prepare`` on its event loop for that),
+write, read or close. It is held across
 ``ShardBuffer.metrics()`` (a short Rust call, no I/O) and while a closed buffer's final metrics
 go into the worker's totals and the buffer leaves ``_buffers``, so that a buffer is counted
 once, live or closed (lock order: ``ReceiveBuffer._lock``, then ``Totals._lock``).
@@ -114,6 +115,12 @@ class ReceiveBuffer:
 
             raise ClosedError("the shuffle run's buffer is closed")
         return kept
+
+    def prepare(self, schemas: list[pa.Schema]) -> None:
+        """Builds the buffer of each schema that has none yet (the caller's thread makes the
+        spill directories)."""
+        for schema in schemas:
+            self._buffer_for(schema)
 
     def write(self, table: pa.Table, partition_ids: pa.ChunkedArray | pa.Array) -> None:
         """Writes every row of ``table`` to the partition its id names (waits for memory)."""
