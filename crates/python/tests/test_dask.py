@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -289,6 +291,52 @@ def test_a_buffer_error_fails_the_run_with_a_clear_message(client, plugin, tmp_p
         chain.append(str(error))
         error = error.__cause__
     assert any("spill" in text.lower() for text in chain), chain
+
+
+def _gated(df: pd.DataFrame, gate: str, last: int, partition_info=None) -> pd.DataFrame:
+    """Holds the last input partition back until the test creates ``gate`` (bounded)."""
+    if partition_info is not None and partition_info["number"] == last:
+        end = time.monotonic() + 60
+        while not os.path.exists(gate) and time.monotonic() < end:
+            time.sleep(0.02)
+    return df
+
+
+def test_a_run_whose_spill_directory_is_removed_fails_at_its_next_receive(
+    client, plugin, tmp_path
+):
+    # as Dask's disk buffer fails its next write once its directory is gone (distributed's
+    # test_bad_disk removes the worker's local directory mid-shuffle and expects the transfer
+    # to fail): the run could not spill any more, so it could not keep to its budget. Nothing
+    # spills here (64 MiB), so only the check of the directory notices.
+    root = tmp_path / "spill"
+    root.mkdir()
+    gate = tmp_path / "gate"
+    plugin(memory_limit="64MiB", spill_dir=str(root))
+    ddf = dd.from_pandas(frame(rows=8_000), npartitions=8)
+    gated = ddf.map_partitions(_gated, str(gate), 7, meta=ddf._meta)
+    persisted = gated.shuffle(on="k", shuffle_method="p2p", npartitions=4).persist()
+    try:
+        made = wait_for(
+            lambda: spill_dirs_under(root) if len(spill_dirs_under(root)) >= 2 else None,
+            "a buffer on each worker",
+        )
+        for directory in made:
+            shutil.rmtree(directory)
+    finally:
+        gate.touch()  # the last input partition goes to the workers now
+    with pytest.raises(RuntimeError, match="P2P .* failed") as info:
+        persisted.compute()
+    chain = []
+    error = info.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__
+    assert any("spill directory" in text and "removed" in text for text in chain), chain
+    del info, error, persisted  # the traceback holds the futures; the runs close without them
+    gc.collect()
+    wait_for(lambda: no_active_runs(client), "the runs to close")
+    assert spill_dirs_under(root) == []
 
 
 def _frame_part(i: int) -> pd.DataFrame:

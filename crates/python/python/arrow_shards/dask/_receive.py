@@ -22,6 +22,7 @@ once, live or closed (lock order: ``ReceiveBuffer._lock``, then ``Totals._lock``
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -30,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from distributed.shuffle._arrow import _INPUT_PARTITION_ID_COLUMN
 
-from .. import ShardBuffer
+from .. import ShardBuffer, SpillError
 from .._native import _dask_receive
 from ._frame import Frame
 from ._totals import Totals
@@ -117,8 +118,16 @@ class ReceiveBuffer:
         return kept
 
     def prepare(self, schemas: list[pa.Schema]) -> None:
-        """Builds the buffer of each schema that has none yet (the caller's thread makes the
-        spill directories)."""
+        """Checks that the spill directories of the buffers built so far are still there, then
+        builds the buffer of each schema that has none yet (the caller's thread makes the
+        spill directories). A run whose spill directory was removed (distributed's
+        test_bad_disk removes the worker's local directory mid-shuffle) could not spill any
+        more: like Dask's disk buffer at its next write, it fails, with ``SpillError`` (not an
+        ``OSError``, which the sender's ``retry`` would send again for minutes)."""
+        for buffer in self._snapshot():
+            directory = buffer.spill_dir
+            if directory is not None and not os.path.isdir(directory):
+                raise SpillError(f"the shuffle run's spill directory was removed: {directory}")
         for schema in schemas:
             self._buffer_for(schema)
 
