@@ -8,7 +8,6 @@ import gc
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ import arrow_shards.dask as asd  # noqa: E402
 from dask_helpers import (  # noqa: E402
     ddf_with_empty_partitions,
     frame,
+    gated,
     local_directories,
     rich_frame,
     no_active_runs,
@@ -293,15 +293,6 @@ def test_a_buffer_error_fails_the_run_with_a_clear_message(client, plugin, tmp_p
     assert any("spill" in text.lower() for text in chain), chain
 
 
-def _gated(df: pd.DataFrame, gate: str, last: int, partition_info=None) -> pd.DataFrame:
-    """Holds the last input partition back until the test creates ``gate`` (bounded)."""
-    if partition_info is not None and partition_info["number"] == last:
-        end = time.monotonic() + 60
-        while not os.path.exists(gate) and time.monotonic() < end:
-            time.sleep(0.02)
-    return df
-
-
 def test_a_run_whose_spill_directory_is_removed_fails_at_its_next_receive(
     client, plugin, tmp_path
 ):
@@ -314,8 +305,8 @@ def test_a_run_whose_spill_directory_is_removed_fails_at_its_next_receive(
     gate = tmp_path / "gate"
     plugin(memory_limit="64MiB", spill_dir=str(root))
     ddf = dd.from_pandas(frame(rows=8_000), npartitions=8)
-    gated = ddf.map_partitions(_gated, str(gate), 7, meta=ddf._meta)
-    persisted = gated.shuffle(on="k", shuffle_method="p2p", npartitions=4).persist()
+    held = ddf.map_partitions(gated, str(gate), 7, meta=ddf._meta)
+    persisted = held.shuffle(on="k", shuffle_method="p2p", npartitions=4).persist()
     try:
         made = wait_for(
             lambda: spill_dirs_under(root) if len(spill_dirs_under(root)) >= 2 else None,
