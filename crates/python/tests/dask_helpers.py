@@ -70,6 +70,16 @@ def ddf_with_empty_partitions(df: pd.DataFrame, npartitions: int = 4) -> Any:
     return dd.concat([empty, dd.from_pandas(df, npartitions=npartitions), empty])
 
 
+def gated(df: pd.DataFrame, gate: str, last: int, partition_info: Any = None) -> pd.DataFrame:
+    """Holds the last input partition back until the test creates ``gate``, so the shuffle
+    cannot finish before the test lets it (bounded, so a broken test fails, not hangs)."""
+    if partition_info is not None and partition_info["number"] == last:
+        end = time.monotonic() + 300
+        while not os.path.exists(gate) and time.monotonic() < end:
+            time.sleep(0.05)
+    return df
+
+
 def sorted_rows(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return df.sort_values(by, kind="stable").reset_index(drop=True)
 

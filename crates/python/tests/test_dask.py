@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ import arrow_shards.dask as asd  # noqa: E402
 from dask_helpers import (  # noqa: E402
     ddf_with_empty_partitions,
     frame,
+    gated,
     local_directories,
     rich_frame,
     no_active_runs,
@@ -187,6 +190,38 @@ def test_a_local_output_partition_is_read_without_trips_through_the_event_loop(
     assert "flush_receive" not in trips and "_ensure_output_worker" not in trips, trips
 
 
+def test_a_runs_buffers_and_spill_directories_are_made_on_the_workers_event_loop(
+    client, plugin, monkeypatch
+):
+    # where Dask makes a run's directory and where distributed's test_bad_disk removes the
+    # worker's local directory mid-shuffle (shutil.rmtree, blocking the loop): a buffer built
+    # in a P2P thread made its spill directory during that rmtree once in a few runs, which
+    # then failed with ENOTEMPTY; built on the loop, it finds the directory gone and fails the
+    # run, as the test expects
+    import asyncio
+
+    from arrow_shards.dask import _receive
+
+    made_on = []
+    original = _receive.ShardBuffer
+
+    def recording(*args, **kwargs):
+        try:
+            made_on.append(id(asyncio.get_running_loop()))
+        except RuntimeError:
+            made_on.append(threading.current_thread().name)  # no loop: a thread of a pool
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_receive, "ShardBuffer", recording)
+    plugin(memory_limit="256KiB")  # spills: every buffer makes its spill directory
+    ddf = dd.from_pandas(frame(rows=20_000), npartitions=6)
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=8).compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(ddf.compute(), ["id"]))
+    loops = set(client.run(lambda dask_worker: id(dask_worker.loop.asyncio_loop)).values())
+    assert made_on, "the recorder sees the buffers built"
+    assert set(made_on) <= loops, made_on
+
+
 def test_every_worker_spills_under_a_tiny_budget_and_cleans_up(client, plugin):
     df = frame(rows=40_000)
     ddf = dd.from_pandas(df, npartitions=8)
@@ -256,6 +291,43 @@ def test_a_buffer_error_fails_the_run_with_a_clear_message(client, plugin, tmp_p
         chain.append(str(error))
         error = error.__cause__
     assert any("spill" in text.lower() for text in chain), chain
+
+
+def test_a_run_whose_spill_directory_is_removed_fails_at_its_next_receive(
+    client, plugin, tmp_path
+):
+    # as Dask's disk buffer fails its next write once its directory is gone (distributed's
+    # test_bad_disk removes the worker's local directory mid-shuffle and expects the transfer
+    # to fail): the run could not spill any more, so it could not keep to its budget. Nothing
+    # spills here (64 MiB), so only the check of the directory notices.
+    root = tmp_path / "spill"
+    root.mkdir()
+    gate = tmp_path / "gate"
+    plugin(memory_limit="64MiB", spill_dir=str(root))
+    ddf = dd.from_pandas(frame(rows=8_000), npartitions=8)
+    held = ddf.map_partitions(gated, str(gate), 7, meta=ddf._meta)
+    persisted = held.shuffle(on="k", shuffle_method="p2p", npartitions=4).persist()
+    try:
+        made = wait_for(
+            lambda: spill_dirs_under(root) if len(spill_dirs_under(root)) >= 2 else None,
+            "a buffer on each worker",
+        )
+        for directory in made:
+            shutil.rmtree(directory)
+    finally:
+        gate.touch()  # the last input partition goes to the workers now
+    with pytest.raises(RuntimeError, match="P2P .* failed") as info:
+        persisted.compute()
+    chain = []
+    error = info.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__
+    assert any("spill directory" in text and "removed" in text for text in chain), chain
+    del info, error, persisted  # the traceback holds the futures; the runs close without them
+    gc.collect()
+    wait_for(lambda: no_active_runs(client), "the runs to close")
+    assert spill_dirs_under(root) == []
 
 
 def _frame_part(i: int) -> pd.DataFrame:

@@ -32,6 +32,7 @@ from distributed import Client, futures_of  # noqa: E402
 import arrow_shards.dask as asd  # noqa: E402
 from dask_helpers import (  # noqa: E402
     frame,
+    gated,
     local_directories,
     no_active_runs,
     output_partitions,
@@ -161,16 +162,6 @@ def _arrow_shards_runs(dask_worker: Any) -> list[str]:
     return [type(r).__name__ for r in list(runs) if isinstance(r, ArrowShardsShuffleRun)]
 
 
-def _gated(df: pd.DataFrame, gate: str, last: int, partition_info: Any = None) -> pd.DataFrame:
-    """Holds the last input partition back until the test creates ``gate``, so the shuffle
-    cannot finish before the test lets it (bounded, so a broken test fails, not hangs)."""
-    if partition_info is not None and partition_info["number"] == last:
-        end = time.monotonic() + 300
-        while not os.path.exists(gate) and time.monotonic() < end:
-            time.sleep(0.05)
-    return df
-
-
 async def _without_plugin(dask_worker: Any) -> None:
     await dask_worker.plugin_remove(asd.PLUGIN_NAME)
 
@@ -229,7 +220,7 @@ def test_a_worker_process_killed_mid_shuffle_gives_the_right_result_and_no_spill
     cluster, client = deployment
     gate = tmp_path / "gate"
     ddf = _input(100_000, 24, "killed")
-    shuffled = _shuffle(ddf.map_partitions(_gated, str(gate), 23, meta=ddf._meta))
+    shuffled = _shuffle(ddf.map_partitions(gated, str(gate), 23, meta=ddf._meta))
     expected = _dasks_own(client, _shuffle(_input(100_000, 24, "dask")))
 
     workers = sorted(client.scheduler_info()["workers"])

@@ -13,7 +13,8 @@ coalescing on read), each value once and unused values kept, so a categorical ke
 categories, as Dask's own P2P does.
 
 Locking: ``ReceiveBuffer._lock`` guards the ``_buffers`` dict; it is not held across a
-buffer's build (which makes a directory), write, read or close. It is held across
+buffer's build (which makes a directory; the run calls ``prepare`` on its event loop for that),
+write, read or close. It is held across
 ``ShardBuffer.metrics()`` (a short Rust call, no I/O) and while a closed buffer's final metrics
 go into the worker's totals and the buffer leaves ``_buffers``, so that a buffer is counted
 once, live or closed (lock order: ``ReceiveBuffer._lock``, then ``Totals._lock``).
@@ -21,6 +22,7 @@ once, live or closed (lock order: ``ReceiveBuffer._lock``, then ``Totals._lock``
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -29,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from distributed.shuffle._arrow import _INPUT_PARTITION_ID_COLUMN
 
-from .. import ShardBuffer
+from .. import ShardBuffer, SpillError
 from .._native import _dask_receive
 from ._frame import Frame
 from ._totals import Totals
@@ -114,6 +116,20 @@ class ReceiveBuffer:
 
             raise ClosedError("the shuffle run's buffer is closed")
         return kept
+
+    def prepare(self, schemas: list[pa.Schema]) -> None:
+        """Checks that the spill directories of the buffers built so far are still there, then
+        builds the buffer of each schema that has none yet (the caller's thread makes the
+        spill directories). A run whose spill directory was removed (distributed's
+        test_bad_disk removes the worker's local directory mid-shuffle) could not spill any
+        more: like Dask's disk buffer at its next write, it fails, with ``SpillError`` (not an
+        ``OSError``, which the sender's ``retry`` would send again for minutes)."""
+        for buffer in self._snapshot():
+            directory = buffer.spill_dir
+            if directory is not None and not os.path.isdir(directory):
+                raise SpillError(f"the shuffle run's spill directory was removed: {directory}")
+        for schema in schemas:
+            self._buffer_for(schema)
 
     def write(self, table: pa.Table, partition_ids: pa.ChunkedArray | pa.Array) -> None:
         """Writes every row of ``table`` to the partition its id names (waits for memory)."""

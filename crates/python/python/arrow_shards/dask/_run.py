@@ -6,7 +6,9 @@ Dask's, inherited):
   partition) become one ``pyarrow.Table`` (Dask's ``buffers_to_table``, which adds the input
   partition id column), and go into the ``ReceiveBuffer`` with the scatter write, in the
   worker's P2P thread pool (off the event loop; the write releases the GIL and may wait for
-  memory, which holds back the sender as Dask's disk limiter does).
+  memory, which holds back the sender as Dask's disk limiter does). A buffer for a schema not
+  seen before is built between the decode and the write, on the event loop (see
+  ``_receive``).
 - ``flush_receive``: no flush; it only finishes the buffer (no more writes).
 - ``_get_output_partition``: reads that one partition, memory and disk merged, exactly once,
   in the order Dask's P2P gives (stable by input partition id), converted as Dask's
@@ -52,6 +54,7 @@ import weakref
 from time import thread_time
 from typing import Any, Callable
 
+import pyarrow as pa
 from distributed.metrics import context_meter
 from distributed.shuffle._exceptions import P2POutOfDiskError
 from distributed.shuffle._limiter import ResourceLimiter
@@ -143,14 +146,21 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
         if not fresh:
             return
         try:
-            await self.offload(self._write_received, fresh)
+            received = await self.offload(received_tables, fresh, self.column, self.drop_column)
+            del fresh
+            # A new schema's buffer is built here, on the event loop: its build makes a spill
+            # directory in the worker's local directory, and Dask makes and removes
+            # directories there on the loop only (its disk buffer's in the run's constructor,
+            # the worker's own). distributed's test_bad_disk removes the local directory with
+            # shutil.rmtree on the loop mid-shuffle; a spill directory made from a P2P thread
+            # during that rmtree made it fail with ENOTEMPTY (once in a few runs).
+            self._shards.prepare([table.schema for table, _ in received])
+            await self.offload(self._write_received, received)
         except Exception as e:
             self._exception = e  # fails the run, as in Dask's own _receive
             raise
 
-    def _write_received(self, shards: list[tuple[int, Any]]) -> None:
-        received = received_tables(shards, self.column, self.drop_column)
-        del shards
+    def _write_received(self, received: list[tuple[pa.Table, Any]]) -> None:
         try:
             while received:
                 table, ids = received.pop(0)
