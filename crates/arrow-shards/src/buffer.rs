@@ -239,9 +239,10 @@ impl ShardBuffer {
         SubscriptionStream::new(Arc::clone(&self.shared), partition, 0)
     }
 
-    /// [`subscribe`](Self::subscribe) with a minimum batch: the partition's open batch is also
-    /// handed over (cut) once it holds `min_rows` rows, before it reaches the compaction
-    /// target, and the subscription is woken when it does. For partitions that would reach
+    /// [`subscribe`](Self::subscribe) with a minimum batch: a producer's open batch of the
+    /// partition (each handle has its own) is also handed over (cut) once it holds `min_rows`
+    /// rows, before it reaches the compaction target, and the subscription is woken when it
+    /// does. For partitions that would reach
     /// the target late or never (many partitions, small tables): a consumer then gets batches
     /// of at least `min_rows` rows while producers write, instead of everything at the end.
     /// `min_rows` 0 is [`subscribe`](Self::subscribe). The last batch may be shorter.
