@@ -112,6 +112,7 @@ mod read;
 mod schema;
 mod schema_message;
 mod segment;
+mod storage;
 mod sweep;
 mod unchecked;
 mod views;
@@ -130,10 +131,11 @@ pub use options::{
 pub use panic::panic_message;
 pub use schema::{SchemaMismatch, check_schema, conform_batch};
 pub use segment::SegmentRef;
+pub use storage::SpillStorage;
 pub use sweep::{SweepReport, sweep};
 pub use unchecked::{CopiedBytes, CopiedViews};
 pub use views::compact_views;
-pub use writer::RunWriter;
+pub use writer::{RunWriter, run_writer};
 
 #[cfg(test)]
 mod tests {

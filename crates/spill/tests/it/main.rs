@@ -22,4 +22,5 @@ mod format2;
 mod lifecycle;
 mod many_partitions;
 mod property;
+mod quota;
 mod round_trip;
