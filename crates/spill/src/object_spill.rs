@@ -218,15 +218,6 @@ impl ObjectStoreSpill {
         Ok(Arc::new(spill))
     }
 
-    /// Sets the size of the parts of a multipart upload (at least 5 MiB on S3).
-    /// Default: [`DEFAULT_PART_BYTES`].
-    pub fn with_part_bytes(mut self: Arc<Self>, bytes: usize) -> Arc<Self> {
-        if let Some(spill) = Arc::get_mut(&mut self) {
-            spill.part_bytes = bytes.max(1);
-        }
-        self
-    }
-
     /// What the sweep of the parent prefix in [`ObjectStoreSpill::create`] did (instance
     /// prefixes as URLs).
     pub fn sweep_report(&self) -> &crate::SweepReport {
