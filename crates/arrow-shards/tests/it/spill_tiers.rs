@@ -2,9 +2,9 @@
 //! store behind it (`ObjectStoreSpill` on `object_store`'s in-memory store; the same tier
 //! against a real S3-compatible server is tested in the spill crate, tests/it/object_store.rs).
 //!
-//! Checks: runs go local until the quota, then to the object store; every accepted row is read
-//! back exactly once in order; the metrics show both tiers; nothing is left in either after
-//! close.
+//! Checks: runs go local until the quota (or a really full tmpfs), then to the object store;
+//! every accepted row is read back exactly once in order; the metrics show both tiers; nothing
+//! is left in either after close.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use crate::common::{Written, batch, schema};
+use crate::full_disk::mount_tmpfs;
 use crate::harness::{check_outcome, entries, read_all};
 
 /// Writes ~`batches` x 1000 rows to 8 partitions through `buffer` from one thread.
@@ -51,6 +52,22 @@ fn read_back(buffer: &ShardBuffer, accepted: &Written) {
     assert_eq!(rows, accepted_rows);
 }
 
+/// A buffer of 1 MiB spilling under `root` (rounds of 512 KiB) with `overflow` behind it.
+fn tiered(
+    root: &std::path::Path,
+    quota: Option<u64>,
+    overflow: &Arc<dyn SpillStorage>,
+) -> ShardBuffer {
+    ShardBuffer::builder(schema(&[1, 2]), 8)
+        .with_memory_limit(1 << 20)
+        .with_spill_dir(root)
+        .with_spill_segment_bytes(256 << 10)
+        .with_max_spill_round_bytes(512 << 10)
+        .with_spill_tiers(quota, Arc::clone(overflow))
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn runs_past_the_local_quota_go_to_the_object_store_and_read_back_once() {
     let root = tempfile::tempdir().unwrap();
@@ -58,14 +75,7 @@ fn runs_past_the_local_quota_go_to_the_object_store_and_read_back_once() {
         ObjectStoreSpill::create(Arc::new(InMemory::new()), "memory://spill", "tiers").unwrap();
     let quota = 2 << 20;
     // 1 MiB of memory, ~12 MiB of data, 2 MiB of local disk
-    let buffer = ShardBuffer::builder(schema(&[1, 2]), 8)
-        .with_memory_limit(1 << 20)
-        .with_spill_dir(root.path())
-        .with_spill_segment_bytes(256 << 10)
-        .with_max_spill_round_bytes(512 << 10)
-        .with_spill_tiers(Some(quota), Arc::clone(&overflow))
-        .build()
-        .unwrap();
+    let buffer = tiered(root.path(), Some(quota), &overflow);
     let accepted = write(&buffer, 500);
     read_back(&buffer, &accepted);
 
@@ -114,5 +124,31 @@ fn a_quota_of_zero_sends_every_run_to_the_object_store() {
     assert!(metrics.overflow_runs > 0);
     assert_eq!(metrics.spill_runs, 0);
     buffer.close().unwrap();
+    assert_eq!(overflow.metrics().files, 0);
+}
+
+#[test]
+fn a_really_full_local_disk_sends_runs_to_the_object_store() {
+    // its own 1 MiB tmpfs (not ARROW_SHARDS_FULL_DISK, which full_disk.rs fills at the same time)
+    let disk = match mount_tmpfs("1m") {
+        Ok(disk) => disk,
+        Err(why) => {
+            let message = format!("SKIPPED: ENOSPC tier test: {why}");
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+            eprintln!("{message}");
+            return;
+        }
+    };
+    let overflow: Arc<dyn SpillStorage> =
+        ObjectStoreSpill::create(Arc::new(InMemory::new()), "memory://spill", "enospc").unwrap();
+    // 1 MiB of memory, ~12 MiB of data, 1 MiB of disk and no quota: ENOSPC decides
+    let buffer = tiered(&disk.path, None, &overflow);
+    let accepted = write(&buffer, 500);
+    read_back(&buffer, &accepted);
+    let metrics = buffer.metrics();
+    assert!(metrics.spill_error.is_none(), "{:?}", metrics.spill_error);
+    assert!(metrics.overflow_runs > 0, "{metrics:?}");
+    buffer.close().unwrap();
+    assert_eq!(entries(&disk.path), Vec::<std::path::PathBuf>::new());
     assert_eq!(overflow.metrics().files, 0);
 }
