@@ -1,72 +1,17 @@
-"""Spilling past a local quota to an S3-compatible server (moto's, started per test).
-
-Without ``moto_server`` on PATH (``pip install 'moto[server]'``) the test is skipped, except
-under ``CI=true``, where that is a failure.
-"""
+"""Spilling past a local quota to an S3-compatible server (moto's, started per test by the
+``s3`` fixture of conftest.py)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 import arrow_shards
+from conftest import objects
 
 SCHEMA = pa.schema([("seq", pa.int64()), ("payload", pa.string())])
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A moto server with bucket ``spill``; yields its endpoint, the AWS_* variables set."""
-    program = shutil.which("moto_server")
-    if program is None:
-        message = "no moto_server on PATH (pip install 'moto[server]')"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    endpoint = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [program, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(urllib.request.Request(f"{endpoint}/spill", method="PUT"))
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto_server did not start"
-                time.sleep(0.1)
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ALLOW_HTTP": "true",
-        }.items():
-            monkeypatch.setenv(name, value)
-        yield endpoint
-    finally:
-        server.kill()
-        server.wait()
-
-
-def objects(endpoint: str) -> int:
-    with urllib.request.urlopen(f"{endpoint}/spill?list-type=2") as response:
-        return response.read().decode().count("<Key>")
 
 
 def test_runs_past_the_local_quota_go_to_the_object_store(s3: str, tmp_path: Path) -> None:
