@@ -88,27 +88,33 @@ impl Moto {
     }
 
     fn store(&self) -> Arc<dyn ObjectStore> {
-        let store = AmazonS3Builder::new()
-            .with_endpoint(&self.endpoint)
-            .with_allow_http(true)
-            .with_bucket_name(BUCKET)
-            .with_region("us-east-1")
-            .with_access_key_id("test")
-            .with_secret_access_key("test")
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig::default(),
-                max_retries: 1,
-                retry_timeout: Duration::from_secs(5),
-            })
-            .build()
-            .unwrap();
-        Arc::new(store)
+        store_at(&self.endpoint)
     }
 
     fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The bucket of the S3-compatible server at `endpoint`, retrying little (a stopped server
+/// fails fast).
+fn store_at(endpoint: &str) -> Arc<dyn ObjectStore> {
+    let store = AmazonS3Builder::new()
+        .with_endpoint(endpoint)
+        .with_allow_http(true)
+        .with_bucket_name(BUCKET)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_retry(RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: 1,
+            retry_timeout: Duration::from_secs(5),
+        })
+        .build()
+        .unwrap();
+    Arc::new(store)
 }
 
 impl Drop for Moto {
@@ -342,4 +348,67 @@ fn s3_objects_of_a_killed_process_are_removed_by_the_next_create() {
         objects(&store, "runs"),
         ["runs/arrow-shards-spill-x/00000000.run"]
     );
+}
+
+/// The child of `s3_a_killed_writers_objects_are_removed_by_the_next_create`: writes a run to
+/// the server at `ARROW_SHARDS_TEST_S3_ENDPOINT`, says `ready <prefix>`, then waits to be killed.
+#[test]
+#[ignore = "run by s3_a_killed_writers_objects_are_removed_by_the_next_create in a child process"]
+fn child_writes_a_run_and_waits_to_be_killed() {
+    let Ok(endpoint) = std::env::var("ARROW_SHARDS_TEST_S3_ENDPOINT") else {
+        return;
+    };
+    let storage =
+        ObjectStoreSpill::create(store_at(&endpoint), "s3://arrow-shards", "killed").unwrap();
+    let prefix = storage.prefix().to_string();
+    let storage: Arc<dyn SpillStorage> = storage;
+    let (_, segments) = spill(&storage, 2, |_| 1000).unwrap();
+    println!("ready {prefix}");
+    std::thread::sleep(Duration::from_secs(120));
+    drop(segments);
+}
+
+#[test]
+fn s3_a_killed_writers_objects_are_removed_by_the_next_create() {
+    let Some(moto) = Moto::start("s3_a_killed_writers_objects_are_removed_by_the_next_create")
+    else {
+        return;
+    };
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "object_store::child_writes_a_run_and_waits_to_be_killed",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ARROW_SHARDS_TEST_S3_ENDPOINT", &moto.endpoint)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut output = std::io::BufReader::new(child.stdout.take().unwrap());
+    let prefix = loop {
+        let mut line = String::new();
+        let read = std::io::BufRead::read_line(&mut output, &mut line).unwrap();
+        assert!(read > 0, "the child ended before writing its run");
+        // libtest prints `test <name> ... ` before the test's own output
+        if let Some((_, prefix)) = line.trim().split_once("ready ") {
+            break prefix.to_string();
+        }
+    };
+    child.kill().unwrap(); // SIGKILL: no destructor runs
+    child.wait().unwrap();
+    let store = moto.store();
+    assert_eq!(
+        objects(&store, &prefix),
+        [
+            format!("{prefix}/00000000.run"),
+            format!("{prefix}/arrow-shards-spill.marker")
+        ]
+    );
+    let next = ObjectStoreSpill::create(Arc::clone(&store), "s3://arrow-shards", "killed").unwrap();
+    let url = std::path::PathBuf::from(format!("s3://arrow-shards/{prefix}"));
+    assert_eq!(next.sweep_report().removed, [url]);
+    assert!(objects(&store, &prefix).is_empty());
 }
