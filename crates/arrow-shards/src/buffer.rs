@@ -80,7 +80,7 @@ impl ShardBuffer {
         ));
         let spill = match spill {
             Some(config) => {
-                let dir = SpillDir::create(&config.root)
+                let dir = SpillDir::create_with_quota(&config.root, config.local_quota)
                     .map_err(|e| ConfigError::SpillDir(Arc::new(e)))?;
                 Some(SpillSide::new(dir, config))
             }
@@ -334,7 +334,11 @@ impl ShardBuffer {
             return Metrics::default();
         };
         let m = side.dir.metrics();
+        let overflow = &side.overflow;
         Metrics {
+            overflow_runs: overflow.runs.load(Ordering::Relaxed),
+            overflow_bytes_written: overflow.bytes_written.load(Ordering::Relaxed),
+            overflow_spill_time: Duration::from_nanos(overflow.write_nanos.load(Ordering::Relaxed)),
             bytes_on_disk: m.bytes_on_disk,
             bytes_written_to_disk: m.bytes_written,
             spill_runs: m.runs,

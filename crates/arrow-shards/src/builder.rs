@@ -7,7 +7,7 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use arrow_shards_memory::{BoundedPool, MemoryPool, UnboundedPool};
 use arrow_shards_merge::{ReadBudget, ReadSlots};
-use arrow_shards_spill::{Compression, SpillOptions};
+use arrow_shards_spill::{Compression, SpillOptions, SpillStorage};
 
 use crate::buffer::ShardBuffer;
 use crate::compact::CompactConfig;
@@ -61,6 +61,8 @@ pub struct ShardBufferBuilder {
     read_stall_timeout: Option<Duration>,
     spill_enabled: bool,
     spill_dir: Option<PathBuf>,
+    spill_quota: Option<u64>,
+    spill_overflow: Option<Arc<dyn SpillStorage>>,
     sweep_on_build: bool,
     spill_threshold: f64,
     spill_target: f64,
@@ -102,6 +104,8 @@ impl ShardBufferBuilder {
             read_stall_timeout: Some(DEFAULT_READ_STALL_TIMEOUT),
             spill_enabled: true,
             spill_dir: None,
+            spill_quota: None,
+            spill_overflow: None,
             sweep_on_build: true,
             spill_threshold: DEFAULT_SPILL_THRESHOLD,
             spill_target: DEFAULT_SPILL_TARGET,
@@ -241,6 +245,30 @@ impl ShardBufferBuilder {
     /// Default: the system temp dir (`std::env::temp_dir()`).
     pub fn with_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.spill_dir = Some(dir.into());
+        self
+    }
+
+    /// Spill tiers: each run goes to the local spill directory (under
+    /// [`with_spill_dir`](Self::with_spill_dir)'s root) while its run files stay within
+    /// `local_quota` bytes (`None`: while the filesystem has room), and to `overflow` (an
+    /// object store, `arrow_shards_spill::ObjectStoreSpill` with the spill crate's feature
+    /// `object-store`) when the local directory is full: a run refused locally with
+    /// [`SpillError::DiskFull`](arrow_shards_spill::SpillError::DiskFull) (the quota, ENOSPC or
+    /// EDQUOT) is written again, whole, to `overflow`. A quota of `Some(0)` sends every run to
+    /// `overflow` (the local directory is still created, empty).
+    ///
+    /// `overflow` may be shared by several buffers; the buffer never closes it (its segments'
+    /// objects are deleted when the buffer drops them), the caller does. The metrics count the
+    /// local tier in the spill fields and the overflow in `overflow_*`.
+    ///
+    /// Default: one tier, the local directory without quota.
+    pub fn with_spill_tiers(
+        mut self,
+        local_quota: Option<u64>,
+        overflow: Arc<dyn SpillStorage>,
+    ) -> Self {
+        self.spill_quota = local_quota;
+        self.spill_overflow = Some(overflow);
         self
     }
 
@@ -389,6 +417,8 @@ impl ShardBufferBuilder {
                 max_round_bytes: self.max_spill_round_bytes,
                 segment_bytes: self.spill_segment_bytes,
                 options: self.spill_options,
+                local_quota: self.spill_quota,
+                overflow: self.spill_overflow,
             }),
             _ => None,
         };
@@ -405,6 +435,7 @@ impl ShardBufferBuilder {
         let defaults = SpillOptions::default();
         [
             ("with_spill_dir", self.spill_dir.is_some()),
+            ("with_spill_tiers", self.spill_overflow.is_some()),
             (
                 "with_spill_threshold",
                 self.spill_threshold != DEFAULT_SPILL_THRESHOLD,

@@ -2,10 +2,11 @@
 //! [`crate::ShardBufferBuilder::build`]).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_shards_merge::{ReadBudget, ReadSlots};
-use arrow_shards_spill::SpillOptions;
+use arrow_shards_spill::{SpillOptions, SpillStorage};
 
 use crate::compact::CompactConfig;
 
@@ -38,4 +39,8 @@ pub(crate) struct SpillConfig {
     pub(crate) max_round_bytes: usize,
     pub(crate) segment_bytes: usize,
     pub(crate) options: SpillOptions,
+    /// The local directory's byte quota (`with_spill_tiers`).
+    pub(crate) local_quota: Option<u64>,
+    /// Where runs go when the local directory is full (`with_spill_tiers`).
+    pub(crate) overflow: Option<Arc<dyn SpillStorage>>,
 }

@@ -62,7 +62,8 @@ pub struct Metrics {
     /// What the spill rounds needed to free to get back to the target (per round, capped at
     /// the round size): compare with `bytes_spilled`.
     pub bytes_needed_to_target: u64,
-    /// Bytes in spill files that exist now.
+    /// Bytes in spill files that exist now (in the local spill directory; the overflow tier's
+    /// runs are counted in `overflow_*`).
     pub bytes_on_disk: u64,
     /// Bytes written to spill files so far (files since deleted included).
     pub bytes_written_to_disk: u64,
@@ -74,6 +75,14 @@ pub struct Metrics {
     pub spill_time: Duration,
     /// Time readers spent reading, verifying and decoding segments.
     pub spill_read_time: Duration,
+    /// Spill runs written to the overflow tier (`with_spill_tiers`) because the local
+    /// directory was full.
+    pub overflow_runs: u64,
+    /// Bytes written to the overflow tier's run files (objects) so far.
+    pub overflow_bytes_written: u64,
+    /// Time the spiller spent encoding and writing runs to the overflow tier (a run refused
+    /// locally first counts its local attempt in `spill_time`).
+    pub overflow_spill_time: Duration,
     /// The spill failure that writers that would wait get now, if spilling is failing (a later
     /// successful round clears it).
     pub spill_error: Option<Arc<SpillError>>,

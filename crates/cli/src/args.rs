@@ -36,7 +36,7 @@ pub(crate) enum Command {
     /// equally as Utf8, LargeUtf8, Utf8View or dictionary values), folded over the key columns
     /// with the MurmurHash3 finalizer. It is the same on every run and platform (see the
     /// `hash` module of arrow-shards-cli). Rows whose key columns are all null go to partition 0.
-    Shuffle(ShuffleArgs),
+    Shuffle(Box<ShuffleArgs>),
     /// Generate test data.
     Gen(GenArgs),
 }
@@ -96,6 +96,19 @@ pub(crate) struct ShuffleArgs {
     /// end, also after a failure). Default: the system temp directory.
     #[arg(long, value_name = "DIR", conflicts_with = "no_spill")]
     pub(crate) spill_dir: Option<PathBuf>,
+
+    /// An object store behind the local spill directory (`s3://bucket/prefix`; S3 or an
+    /// S3-compatible server, credentials and endpoint from the environment as the object_store
+    /// crate reads them: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+    /// AWS_ENDPOINT_URL, AWS_ALLOW_HTTP). Spill runs go there when the local directory is full
+    /// (ENOSPC, or --spill-quota). Acts only under --memory-limit.
+    #[arg(long, value_name = "URL", conflicts_with = "no_spill")]
+    pub(crate) spill_to: Option<String>,
+
+    /// Most bytes of spill files in the local spill directory at once; runs past it go to
+    /// --spill-to. 0 sends every run there. Default: as much as the filesystem holds.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "spill_to")]
+    pub(crate) spill_quota: Option<u64>,
 
     /// Never spill: the whole input must fit in --memory-limit, or the run fails.
     #[arg(long)]

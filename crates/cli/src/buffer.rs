@@ -9,6 +9,7 @@ use arrow_schema::SchemaRef;
 use arrow_shards::{Compression, Error, Metrics, ShardBuffer, SubscriptionReader};
 use arrow_shards_memory::sizing::batch_data_bytes;
 use arrow_shards_memory::{BoundedPool, MemoryPool, UnboundedPool};
+use arrow_shards_spill::ObjectStoreSpill;
 
 use crate::args::CompressionArg;
 use crate::error::CliError;
@@ -31,6 +32,10 @@ pub(crate) struct BufferSettings {
     pub(crate) memory_limit: Option<u64>,
     /// `--spill-dir` / `--no-spill`.
     pub(crate) spill: Spill,
+    /// `--spill-to`: the object store behind the local directory.
+    pub(crate) spill_to: Option<String>,
+    /// `--spill-quota`, bytes.
+    pub(crate) spill_quota: Option<u64>,
     /// `--spill-compression`.
     pub(crate) compression: CompressionArg,
     /// `--batch-rows`, for reading partitions back.
@@ -110,6 +115,13 @@ impl Buffer {
                 Spill::Dir(dir) => builder.with_spill_dir(dir),
                 Spill::Disabled => builder.with_spill(false),
             };
+            if let Some(url) = &settings.spill_to {
+                let store = ObjectStoreSpill::from_url(url).map_err(|e| CliError::Buffer {
+                    message: format!("cannot spill to {url}: {e}"),
+                    source: Some(Box::new(e)),
+                })?;
+                builder = builder.with_spill_tiers(settings.spill_quota, store);
+            }
             // The output writers' open row groups share the pool and are freed only when cut:
             // a write the pool refuses while the buffer has nothing left to spill goes to disk
             // rather than wait for them (it would wait for ever if they cannot cut).

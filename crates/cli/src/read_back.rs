@@ -497,6 +497,8 @@ mod tests {
         let settings = BufferSettings {
             memory_limit: None,
             spill: Spill::Disabled,
+            spill_to: None,
+            spill_quota: None,
             compression: CompressionArg::None,
             // takes are merged into batches of up to this many rows: one per written batch
             read_batch_rows: 100,

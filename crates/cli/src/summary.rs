@@ -49,8 +49,12 @@ pub(crate) struct Report {
     pub(crate) spill_runs: u64,
     /// Writes that needed more than the buffer's whole limit and went to disk directly.
     pub(crate) direct_writes: u64,
-    /// Spill files created.
+    /// Spill files created (in the local directory).
     pub(crate) spill_files: u64,
+    /// Spill runs written to the object store of `--spill-to`.
+    pub(crate) overflow_runs: u64,
+    /// Bytes written to the object store of `--spill-to`.
+    pub(crate) overflow_bytes_written: u64,
     /// Peak resident set size of the process (VmHWM), or null where unknown.
     pub(crate) peak_rss: Option<u64>,
     /// Threads used.
@@ -171,6 +175,21 @@ impl Report {
                     .unwrap_or_else(|| "none (read and counted)".into()),
             ),
         ];
+        if self.overflow_runs > 0 {
+            // after "spilled" (the local directory), before "peak rss"
+            let at = lines.iter().position(|(name, _)| *name == "peak rss");
+            lines.insert(
+                at.unwrap_or(lines.len()),
+                (
+                    "to object store",
+                    format!(
+                        "{} runs ({} written; --spill-to)",
+                        self.overflow_runs,
+                        bytes(self.overflow_bytes_written)
+                    ),
+                ),
+            );
+        }
         if !self.plain_columns.is_empty() {
             lines.push(("plain columns", self.plain_columns.join(", ")));
         }
@@ -266,6 +285,8 @@ mod tests {
             "spill_runs",
             "direct_writes",
             "spill_files",
+            "overflow_runs",
+            "overflow_bytes_written",
             "peak_rss",
             "read_input_s",
             "partition_s",

@@ -9,6 +9,7 @@
 //! the result or the exception), with the GIL held.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow_array::ffi_stream::RecordBatchStreamReader;
@@ -16,6 +17,7 @@ use arrow_array::{RecordBatch, UInt32Array};
 use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use arrow_schema::{ArrowError, Schema};
 use arrow_shards::{ShardBuffer, WriteError, Written};
+use arrow_shards_spill::SpillStorage;
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -53,6 +55,13 @@ use crate::reader::{Batches, PartitionBatches};
 ///   `write_timeout` or fails with `MemoryExhaustedError`. Default: True.
 /// - `spill_dir`: the directory under which a private spill directory is made. Default: the
 ///   system temp dir.
+/// - `spill_to`: an object store behind the local spill directory, `"s3://bucket/prefix"`
+///   (S3 or an S3-compatible server; credentials and endpoint from the `AWS_*` environment
+///   variables as the object_store crate reads them). Spill runs go there when the local
+///   directory is full (ENOSPC, or `spill_quota`). Default: none.
+/// - `spill_quota`: most bytes of spill files in the local spill directory at once, with
+///   `spill_to`; 0 sends every run to the object store. Default: none (as much as the
+///   filesystem holds).
 /// - `compression`: of spilled data: "none", "lz4", "zstd" (level 1) or "zstd:LEVEL".
 ///   Default: "none".
 /// - `write_timeout`: seconds (or a `timedelta`) a write may wait for memory. Default: none
@@ -82,6 +91,8 @@ pub(crate) struct PyShardBuffer {
     /// The schema as a `pyarrow.Schema`.
     schema: Py<PyAny>,
     closed: AtomicBool,
+    /// The object store of `spill_to`, closed by `close()` after the buffer.
+    overflow: Option<Arc<dyn SpillStorage>>,
 }
 
 /// A write of several batches that stopped.
@@ -262,6 +273,8 @@ impl PyShardBuffer {
             memory_pool = None,
             spill = true,
             spill_dir = None,
+            spill_to = None,
+            spill_quota = None,
             compression = "none",
             write_timeout = None,
             read_stall_timeout = None,
@@ -276,9 +289,9 @@ impl PyShardBuffer {
             sweep_on_build = true,
         ),
         text_signature = "(schema, num_partitions, *, memory_limit=None, memory_pool=None, \
-            spill=True, spill_dir=None, compression='none', write_timeout=None, \
-            read_stall_timeout=60.0, read_batch_rows=8192, spill_threshold=0.8, spill_target=0.6, \
-            max_spill_round_bytes='64MiB', spill_segment_bytes='4MiB', \
+            spill=True, spill_dir=None, spill_to=None, spill_quota=None, compression='none', \
+            write_timeout=None, read_stall_timeout=60.0, read_batch_rows=8192, \
+            spill_threshold=0.8, spill_target=0.6, max_spill_round_bytes='64MiB', spill_segment_bytes='4MiB', \
             spill_file_bytes='1GiB', compact_target_rows=8192, compact_target_bytes='4MiB', \
             sweep_on_build=True)"
     )]
@@ -294,6 +307,8 @@ impl PyShardBuffer {
         memory_pool: Option<PyRef<'_, PyMemoryPool>>,
         spill: bool,
         spill_dir: Option<PathBuf>,
+        spill_to: Option<String>,
+        spill_quota: Option<Bound<'_, PyAny>>,
         compression: &str,
         write_timeout: Option<Bound<'_, PyAny>>,
         read_stall_timeout: Option<Bound<'_, PyAny>>,
@@ -313,6 +328,8 @@ impl PyShardBuffer {
             memory_pool: memory_pool.map(|p| std::sync::Arc::clone(&p.pool)),
             spill,
             spill_dir,
+            spill_to,
+            spill_quota,
             compression: compression.to_owned(),
             write_timeout,
             read_stall_timeout,
@@ -326,7 +343,8 @@ impl PyShardBuffer {
             compact_target_bytes,
             sweep_on_build,
         };
-        let builder = settings.builder(py, std::sync::Arc::clone(&schema), num_partitions)?;
+        let (builder, overflow) =
+            settings.builder(py, std::sync::Arc::clone(&schema), num_partitions)?;
         // Building may sweep the spill root and starts the spiller thread.
         let buffer = py
             .detach(|| builder.build())
@@ -336,6 +354,7 @@ impl PyShardBuffer {
             buffer: Some(buffer),
             schema,
             closed: AtomicBool::new(false),
+            overflow,
         })
     }
 
@@ -612,6 +631,11 @@ impl PyShardBuffer {
         let metrics = py
             .detach(|| buffer.close())
             .map_err(|e| error_to_py(py, e))?;
+        if let Some(overflow) = &self.overflow {
+            // after the buffer, which dropped its segments: deletes what is left of the prefix
+            py.detach(|| overflow.close())
+                .map_err(|e| error_to_py(py, arrow_shards::Error::Spill(Arc::new(e))))?;
+        }
         metrics_dict(py, &metrics)
     }
 

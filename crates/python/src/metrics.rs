@@ -34,6 +34,9 @@ pub(crate) fn metrics_dict<'py>(py: Python<'py>, m: &Metrics) -> PyResult<Bound<
     d.set_item("spill_files", m.spill_files)?;
     d.set_item("spill_time", m.spill_time.as_secs_f64())?;
     d.set_item("spill_read_time", m.spill_read_time.as_secs_f64())?;
+    d.set_item("overflow_runs", m.overflow_runs)?;
+    d.set_item("overflow_bytes_written", m.overflow_bytes_written)?;
+    d.set_item("overflow_spill_time", m.overflow_spill_time.as_secs_f64())?;
     d.set_item("spill_error", m.spill_error.as_ref().map(|e| e.to_string()))?;
     Ok(d)
 }

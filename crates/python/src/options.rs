@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use arrow_shards::{Compression, MemoryPool, ShardBuffer, ShardBufferBuilder};
+use arrow_shards_spill::{ObjectStoreSpill, SpillStorage};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
@@ -23,6 +24,8 @@ pub(crate) struct Settings<'py> {
     pub(crate) memory_pool: Option<Arc<dyn MemoryPool>>,
     pub(crate) spill: bool,
     pub(crate) spill_dir: Option<PathBuf>,
+    pub(crate) spill_to: Option<String>,
+    pub(crate) spill_quota: Option<Bound<'py, PyAny>>,
     pub(crate) compression: String,
     pub(crate) write_timeout: Option<Bound<'py, PyAny>>,
     pub(crate) read_stall_timeout: Option<Bound<'py, PyAny>>,
@@ -38,15 +41,16 @@ pub(crate) struct Settings<'py> {
 }
 
 impl Settings<'_> {
-    /// The builder for `schema` and `num_partitions` with every setting applied; a bad value is
-    /// a `ConfigError` (a `ValueError`) naming the setting, a value of the wrong type a
+    /// The builder for `schema` and `num_partitions` with every setting applied, and the
+    /// object store of `spill_to` (the buffer's owner closes it after the buffer); a bad value
+    /// is a `ConfigError` (a `ValueError`) naming the setting, a value of the wrong type a
     /// `TypeError`.
     pub(crate) fn builder(
         &self,
         py: Python<'_>,
         schema: SchemaRef,
         num_partitions: i64,
-    ) -> PyResult<ShardBufferBuilder> {
+    ) -> PyResult<(ShardBufferBuilder, Option<Arc<dyn SpillStorage>>)> {
         let num_partitions = u32::try_from(num_partitions).map_err(|_| {
             config_error(
                 py,
@@ -73,6 +77,35 @@ impl Settings<'_> {
                 ));
             }
             (false, None) => builder = builder.with_spill(false),
+        }
+        let mut overflow: Option<Arc<dyn SpillStorage>> = None;
+        match (&self.spill_to, &self.spill_quota) {
+            (Some(url), quota) if self.spill => {
+                let quota = match quota {
+                    Some(bytes) => Some(size("spill_quota", bytes)? as u64),
+                    None => None,
+                };
+                let store = ObjectStoreSpill::from_url(url)
+                    .map_err(|e| config_error(py, format!("spill_to = {url:?} is invalid: {e}")))?;
+                builder = builder.with_spill_tiers(quota, Arc::clone(&store) as _);
+                overflow = Some(store);
+            }
+            (Some(url), _) => {
+                return Err(config_error(
+                    py,
+                    format!("spill_to = {url:?} is invalid: spilling is off (spill=False)"),
+                ));
+            }
+            (None, Some(quota)) => {
+                return Err(config_error(
+                    py,
+                    format!(
+                        "spill_quota = {} is invalid: without spill_to",
+                        quota.repr()?
+                    ),
+                ));
+            }
+            (None, None) => {}
         }
         builder = builder.with_compression(compression(py, &self.compression)?);
         if let Some(timeout) = &self.write_timeout {
@@ -106,7 +139,7 @@ impl Settings<'_> {
         if let Some(bytes) = &self.compact_target_bytes {
             builder = builder.with_compact_target_bytes(size("compact_target_bytes", bytes)?);
         }
-        Ok(builder.with_sweep_on_build(self.sweep_on_build))
+        Ok((builder.with_sweep_on_build(self.sweep_on_build), overflow))
     }
 }
 

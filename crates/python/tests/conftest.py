@@ -7,7 +7,11 @@ only turn a hang into a failure.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -63,3 +67,59 @@ def spill_until_on_disk(buffer: arrow_shards.ShardBuffer) -> None:
 
 def ci() -> bool:
     return os.environ.get("CI") == "true"
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A moto S3 server (``pip install 'moto[server]'``) on a free localhost port with bucket
+    ``spill``; yields its endpoint, with the AWS_* variables set for it. Skipped without
+    ``moto_server`` on PATH, except under ``CI=true``, where that fails."""
+    program = shutil.which("moto_server")
+    if program is None:
+        message = "no moto_server on PATH (pip install 'moto[server]')"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [program, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"{endpoint}/spill", method="PUT"))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto_server did not start"
+                time.sleep(0.1)
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ALLOW_HTTP": "true",
+        }.items():
+            monkeypatch.setenv(name, value)
+        yield endpoint
+    finally:
+        server.kill()
+        server.wait()
+
+
+def objects(endpoint: str) -> int:
+    with urllib.request.urlopen(f"{endpoint}/spill?list-type=2") as response:
+        return response.read().decode().count("<Key>")
+
+
+
+
+def objects(endpoint: str) -> int:
+    """Objects in the bucket ``spill`` of the server at ``endpoint``."""
+    with urllib.request.urlopen(f"{endpoint}/spill?list-type=2") as response:
+        return response.read().decode().count("<Key>")

@@ -22,6 +22,7 @@ from distributed import Client, LocalCluster  # noqa: E402
 from distributed.shuffle._exceptions import P2POutOfDiskError  # noqa: E402
 
 import arrow_shards.dask as asd  # noqa: E402
+from conftest import objects  # noqa: E402
 from dask_helpers import (  # noqa: E402
     ddf_with_empty_partitions,
     frame,
@@ -476,3 +477,21 @@ def test_a_repeat_read_gets_the_live_frame_and_fails_clearly_once_it_is_gone():
     failed.failed(OSError("disk gone"))
     with pytest.raises(AlreadyReadError, match="that read failed: OSError"):
         failed.again("partition 6")
+
+
+def test_a_worker_whose_local_quota_is_too_small_shuffles_through_the_object_store(
+    client, plugin, s3
+):
+    df = frame(rows=40_000)
+    ddf = dd.from_pandas(df, npartitions=8)
+    expected = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=16).compute()
+    plugin(memory_limit="256KiB", spill_quota="64KiB", spill_to="s3://spill/dask")
+    got = ddf.shuffle(on="k", shuffle_method="p2p", npartitions=16).compute()
+    pd.testing.assert_frame_equal(sorted_rows(got, ["id"]), sorted_rows(expected, ["id"]))
+    wait_for(lambda: no_active_runs(client), "the runs to close")
+    metrics = client.run(asd.metrics)
+    assert sum(m["overflow_runs"] for m in metrics.values()) > 0, metrics
+    assert sum(m["rows_read"] for m in metrics.values()) == len(df)
+    for worker, directory in local_directories(client).items():
+        assert spill_dirs_under(directory) == [], worker
+    wait_for(lambda: objects(s3) == 0, "the spilled objects to be deleted")

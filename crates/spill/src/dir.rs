@@ -4,19 +4,26 @@
 //!
 //! A `SpillDir` is shared (`Arc`) by its run writers and by every run file, and so by every
 //! [`SegmentRef`](crate::SegmentRef). Its state is atomics only (the closed flag, the file
-//! counter and the metrics); no lock is held across I/O. The fault plan (`test-utils`) has its
-//! own short-lived mutex, see `fs.rs`.
+//! counter and the metrics, which the quota is checked against); no lock is held across I/O.
+//! The fault plan (`test-utils`) has its own short-lived mutex, see `fs.rs`.
 
 use std::fs::File;
+use std::io::{self, IoSlice};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use arrow_array::RecordBatch;
+
+use crate::decode::{Fault, IndexEntry};
 use crate::error::{SpillError, io_error};
 use crate::fs::Fs;
 use crate::metrics::{Counters, SpillMetrics};
+use crate::read::read_local_segment;
+use crate::storage::SpillStorage;
+use crate::storage::sealed::{self, RunSink};
 
 /// Prefix of every spill directory's name.
 pub(crate) const DIR_PREFIX: &str = "arrow-shards-spill-";
@@ -31,11 +38,16 @@ pub(crate) const MARKER_TAG: &str = "arrow-shards-spill 1";
 /// marker file recording the owning process, so that [`sweep`](crate::sweep) can later remove
 /// it if this process crashes. Run files inside are named by a counter; nothing the caller
 /// supplies ever becomes part of a path. [`SpillDir::run_writer`] starts a run.
+///
+/// With a quota ([`SpillDir::create_with_quota`]) a write that would take the run files past
+/// it fails as a full disk does ([`SpillError::DiskFull`]), so a caller with another storage
+/// tier can move the run there.
 #[derive(Debug)]
 pub struct SpillDir {
     path: PathBuf,
-    pub(crate) fs: Fs,
-    pub(crate) counters: Counters,
+    pub(crate) fs: Arc<Fs>,
+    pub(crate) counters: Arc<Counters>,
+    quota: Option<u64>,
     closed: AtomicBool,
     next_file: AtomicU64,
 }
@@ -47,7 +59,18 @@ impl SpillDir {
     /// Refuses a `root` that is a symlink owned by neither this user nor root, and a created
     /// directory that turns out not to be a plain directory owned by this user.
     pub fn create(root: &Path) -> Result<Arc<SpillDir>, SpillError> {
-        let fs = Fs::default();
+        Self::create_with_quota(root, None)
+    }
+
+    /// As [`SpillDir::create`], with a limit on the bytes of run files in the directory at any
+    /// time (`None`: as much as the filesystem holds).
+    ///
+    /// The quota is checked before each write against the bytes of the run files that exist;
+    /// a write past it fails with [`SpillError::DiskFull`] (an `io::ErrorKind::QuotaExceeded`
+    /// source) and the run is discarded. Writers running at once may each overshoot it by one
+    /// write (at most 64 MiB, the largest write). A quota of 0 refuses every run.
+    pub fn create_with_quota(root: &Path, quota: Option<u64>) -> Result<Arc<SpillDir>, SpillError> {
+        let fs = Arc::new(Fs::default());
         let io_root = |source| io_error(root, root, source);
         let root_meta = fs.symlink_metadata(root).map_err(io_root)?;
         let uid = current_uid();
@@ -82,7 +105,8 @@ impl SpillDir {
         let dir = SpillDir {
             path,
             fs,
-            counters: Counters::default(),
+            counters: Arc::default(),
+            quota,
             closed: AtomicBool::new(false),
             next_file: AtomicU64::new(0),
         };
@@ -176,16 +200,137 @@ impl SpillDir {
         self.fs.set_fault_plan(None)
     }
 
+    /// The byte quota given to [`SpillDir::create_with_quota`].
+    pub fn quota(&self) -> Option<u64> {
+        self.quota
+    }
+
     /// The path of a new run file.
-    pub(crate) fn next_file_path(&self) -> PathBuf {
+    fn next_file_path(&self) -> PathBuf {
         let n = self.next_file.fetch_add(1, Ordering::Relaxed);
         self.path.join(format!("{n:08}.run"))
     }
+}
 
-    pub(crate) fn closed_error(&self) -> SpillError {
+impl SpillStorage for SpillDir {
+    fn location(&self) -> &Path {
+        &self.path
+    }
+
+    fn metrics(&self) -> SpillMetrics {
+        SpillDir::metrics(self)
+    }
+
+    fn close(&self) -> Result<(), SpillError> {
+        SpillDir::close(self)
+    }
+
+    fn is_closed(&self) -> bool {
+        SpillDir::is_closed(self)
+    }
+}
+
+#[expect(
+    private_interfaces,
+    reason = "sealed: the working half of `SpillStorage` speaks the crate's private types"
+)]
+impl sealed::Storage for SpillDir {
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn create_run(&self) -> Result<(PathBuf, Box<dyn RunSink>), SpillError> {
+        let path = self.next_file_path();
+        let file = self
+            .fs
+            .create_file(&path)
+            .map_err(|e| io_error(&self.path, &path, e))?;
+        let sink = LocalRunFile {
+            dir: self.path.clone(),
+            path: path.clone(),
+            file,
+            fs: Arc::clone(&self.fs),
+            counters: Arc::clone(&self.counters),
+            quota: self.quota,
+        };
+        Ok((path, Box::new(sink)))
+    }
+
+    fn read_segment(&self, location: &Path, entry: &IndexEntry) -> Result<Vec<RecordBatch>, Fault> {
+        read_local_segment(&self.fs, location, entry)
+    }
+
+    fn remove_run(&self, location: &Path) {
+        // After `close` the file is already gone; any other failure leaves the file to the
+        // directory's removal.
+        let _ = self.fs.remove_file(location);
+    }
+
+    fn trusted(&self) -> bool {
+        true
+    }
+
+    fn closed_error(&self) -> SpillError {
         SpillError::Closed {
             dir: self.path.clone(),
         }
+    }
+}
+
+/// A run file being written in a [`SpillDir`].
+#[derive(Debug)]
+struct LocalRunFile {
+    dir: PathBuf,
+    path: PathBuf,
+    file: File,
+    fs: Arc<Fs>,
+    counters: Arc<Counters>,
+    quota: Option<u64>,
+}
+
+impl LocalRunFile {
+    /// Refuses a write of `bytes` that would take the directory past its quota.
+    fn check_quota(&self, bytes: usize) -> Result<(), SpillError> {
+        let Some(quota) = self.quota else {
+            return Ok(());
+        };
+        let on_disk = self.counters.bytes_on_disk.load(Ordering::Relaxed);
+        if on_disk.saturating_add(bytes as u64) > quota {
+            let source = io::Error::new(
+                io::ErrorKind::QuotaExceeded,
+                format!(
+                    "the spill directory's quota of {quota} bytes is reached ({on_disk} bytes in \
+                     run files, {bytes} more to write)"
+                ),
+            );
+            return Err(io_error(&self.dir, &self.path, source));
+        }
+        Ok(())
+    }
+}
+
+impl RunSink for LocalRunFile {
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), SpillError> {
+        self.check_quota(bytes.len())?;
+        self.fs
+            .write_all(&mut self.file, bytes)
+            .map_err(|e| io_error(&self.dir, &self.path, e))
+    }
+
+    fn write_all_vectored(&mut self, slices: &mut [IoSlice<'_>]) -> Result<(), SpillError> {
+        self.check_quota(slices.iter().map(|s| s.len()).sum())?;
+        self.fs
+            .write_all_vectored(&mut self.file, slices)
+            .map_err(|e| io_error(&self.dir, &self.path, e))
+    }
+
+    fn finish(&mut self, sync: bool) -> Result<(), SpillError> {
+        if sync {
+            self.fs
+                .sync(&self.file)
+                .map_err(|e| io_error(&self.dir, &self.path, e))?;
+        }
+        Ok(())
     }
 }
 

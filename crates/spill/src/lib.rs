@@ -13,6 +13,11 @@
 //! - [`SpillDir`]: a private directory (mode 0700, unique name, owner marker) under a root such
 //!   as `std::env::temp_dir()`. It names files by a counter, counts [`SpillMetrics`], and is
 //!   removed on [`SpillDir::close`] or drop; [`sweep`] removes those of crashed processes.
+//! - [`SpillStorage`]: where run files live, the sealed trait over [`SpillDir`] (optionally
+//!   with a byte quota, [`SpillDir::create_with_quota`]) and, with feature `object-store`,
+//!   `ObjectStoreSpill`: one object per run file in S3 or any `object_store::ObjectStore`,
+//!   a segment read with one ranged GET (`docs/spill-format.md`). [`run_writer`] starts a run
+//!   in either.
 //! - [`SpillOptions`] and [`Compression`]: compression, coalescing of small batches (8192
 //!   rows by default), file rotation size.
 //! - [`RunWriter`]: [`append`](RunWriter::append) one segment per partition, then
@@ -106,12 +111,15 @@ mod fs;
 pub mod fuzz;
 mod ipc_checks;
 mod metrics;
+#[cfg(feature = "object-store")]
+mod object_spill;
 mod options;
 mod panic;
 mod read;
 mod schema;
 mod schema_message;
 mod segment;
+mod storage;
 mod sweep;
 mod unchecked;
 mod views;
@@ -123,6 +131,11 @@ pub use error::{SpillError, is_disk_full};
 #[cfg(any(test, feature = "test-utils"))]
 pub use fs::{FaultPlan, FsOp};
 pub use metrics::SpillMetrics;
+#[cfg(feature = "object-store")]
+pub use object_spill::{DEFAULT_PART_BYTES, MAX_PARTS_IN_FLIGHT, ObjectStoreSpill};
+/// The `object_store` crate this one is built on (feature `object-store`).
+#[cfg(feature = "object-store")]
+pub use object_store;
 pub use options::{
     Compression, DEFAULT_COALESCE_ROWS, DEFAULT_COMPRESS_MIN_BYTES, DEFAULT_MAX_FILE_BYTES,
     SpillOptions,
@@ -130,10 +143,11 @@ pub use options::{
 pub use panic::panic_message;
 pub use schema::{SchemaMismatch, check_schema, conform_batch};
 pub use segment::SegmentRef;
+pub use storage::SpillStorage;
 pub use sweep::{SweepReport, sweep};
 pub use unchecked::{CopiedBytes, CopiedViews};
 pub use views::compact_views;
-pub use writer::RunWriter;
+pub use writer::{RunWriter, run_writer};
 
 #[cfg(test)]
 mod tests {

@@ -14,25 +14,26 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use crate::decode::IndexEntry;
-use crate::dir::SpillDir;
 use crate::error::SpillError;
 use crate::metrics::{add, sub};
 use crate::read::read_segment;
+use crate::storage::SpillStorage;
 
 /// One run file. Shared by the writer and every segment in it; its last drop removes the file.
 #[derive(Debug)]
 pub(crate) struct RunFile {
-    pub(crate) dir: Arc<SpillDir>,
+    pub(crate) dir: Arc<dyn SpillStorage>,
+    /// The file's path, or the object's URL as a path.
     pub(crate) path: PathBuf,
-    /// Bytes written to the file so far (as counted in the directory's `bytes_on_disk`).
+    /// Bytes written to the file so far (as counted in the storage's `bytes_on_disk`).
     size: AtomicU64,
 }
 
 impl RunFile {
     /// Registers a newly created file with the directory's metrics.
-    pub(crate) fn new(dir: Arc<SpillDir>, path: PathBuf) -> Self {
-        add(&dir.counters.files, 1);
-        add(&dir.counters.files_created, 1);
+    pub(crate) fn new(dir: Arc<dyn SpillStorage>, path: PathBuf) -> Self {
+        add(&dir.counters().files, 1);
+        add(&dir.counters().files_created, 1);
         Self {
             dir,
             path,
@@ -43,19 +44,19 @@ impl RunFile {
     /// Records `bytes` more written to the file.
     pub(crate) fn grew(&self, bytes: u64) {
         self.size.fetch_add(bytes, Ordering::Relaxed);
-        add(&self.dir.counters.bytes_on_disk, bytes);
-        add(&self.dir.counters.bytes_written, bytes);
+        add(&self.dir.counters().bytes_on_disk, bytes);
+        add(&self.dir.counters().bytes_written, bytes);
     }
 }
 
 impl Drop for RunFile {
     fn drop(&mut self) {
-        // After `SpillDir::close` the file is already gone; any other failure leaves the file
-        // to the directory's removal.
-        let _ = self.dir.fs.remove_file(&self.path);
-        sub(&self.dir.counters.files, 1);
+        // After `close` the file is already gone; any other failure leaves the file to the
+        // storage's removal at close.
+        self.dir.remove_run(&self.path);
+        sub(&self.dir.counters().files, 1);
         sub(
-            &self.dir.counters.bytes_on_disk,
+            &self.dir.counters().bytes_on_disk,
             self.size.load(Ordering::Relaxed),
         );
     }
@@ -84,7 +85,7 @@ impl SegmentRef {
         self.inner.entry.partition
     }
 
-    /// The run file holding the segment.
+    /// The run file holding the segment: its path, or its object's URL as a path.
     pub fn path(&self) -> &Path {
         &self.inner.file.path
     }
@@ -139,6 +140,6 @@ impl SegmentRef {
     /// Bytes that fail verification give [`SpillError::Corrupt`]; nothing is decoded from them.
     pub fn read(&self) -> Result<Vec<RecordBatch>, SpillError> {
         let inner = &self.inner;
-        read_segment(&inner.file.dir, &inner.file.path, &inner.entry)
+        read_segment(&*inner.file.dir, &inner.file.path, &inner.entry)
     }
 }

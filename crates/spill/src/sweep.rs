@@ -99,6 +99,13 @@ fn parse_marker(text: &str) -> Option<Marker> {
     if lines.next()? != MARKER_TAG {
         return None;
     }
+    parse_owner(lines)
+}
+
+/// Parses the owner lines of a marker (a directory's, or an object store instance's after its
+/// own lines): `pid <pid>`, then optionally `start <ticks>` and `pidns <inode>`, once each;
+/// `None` if any line is out of place.
+pub(crate) fn parse_owner<'a>(mut lines: impl Iterator<Item = &'a str>) -> Option<Marker> {
     let pid = lines.next()?.strip_prefix("pid ")?.parse().ok()?;
     let mut marker = Marker {
         pid,

@@ -13,9 +13,7 @@
 //! borrows them. Errors found before anything is written (schema mismatch, invalid options,
 //! closed directory) leave the run as it was.
 
-use std::fs::File;
 use std::io::IoSlice;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,12 +26,14 @@ use arrow_shards_memory::sizing::batch_allocations;
 
 use crate::decode::IndexEntry;
 use crate::dir::SpillDir;
-use crate::error::{SpillError, io_error};
+use crate::error::SpillError;
 use crate::format::{HEADER_LEN, Header, Trailer, encode_schema_record};
 use crate::metrics::{add, add_time};
 use crate::schema::conform_batch;
 use crate::schema_message::{encode_schema_message, strip_schema};
 use crate::segment::{RunFile, SegmentInner, SegmentRef};
+use crate::storage::SpillStorage;
+use crate::storage::sealed::RunSink;
 use crate::views::compact_views;
 use crate::{Compression, SpillOptions};
 
@@ -53,7 +53,7 @@ const GROUP: usize = 64 * 1024 * 1024;
 /// new file.
 #[derive(Debug)]
 pub struct RunWriter {
-    dir: Arc<SpillDir>,
+    dir: Arc<dyn SpillStorage>,
     schema: SchemaRef,
     options: SpillOptions,
     ipc_options: Result<IpcWriteOptions, String>,
@@ -68,7 +68,7 @@ pub struct RunWriter {
 #[derive(Debug)]
 struct OpenFile {
     run: Arc<RunFile>,
-    file: File,
+    sink: Box<dyn RunSink>,
     buf: Vec<u8>,
     /// Bytes of the file including those still in `buf`.
     pos: u64,
@@ -77,12 +77,21 @@ struct OpenFile {
 impl SpillDir {
     /// Starts a run: one append-only file (more if it rotates) written by the returned writer.
     pub fn run_writer(self: &Arc<Self>, schema: SchemaRef, options: SpillOptions) -> RunWriter {
-        RunWriter::new(Arc::clone(self), schema, options)
+        RunWriter::new(Arc::clone(self) as Arc<dyn SpillStorage>, schema, options)
     }
 }
 
+/// Starts a run in any storage: one append-only run file (more if it rotates).
+pub fn run_writer(
+    storage: &Arc<dyn SpillStorage>,
+    schema: SchemaRef,
+    options: SpillOptions,
+) -> RunWriter {
+    RunWriter::new(Arc::clone(storage), schema, options)
+}
+
 impl RunWriter {
-    fn new(dir: Arc<SpillDir>, schema: SchemaRef, options: SpillOptions) -> Self {
+    fn new(dir: Arc<dyn SpillStorage>, schema: SchemaRef, options: SpillOptions) -> Self {
         let ipc_options = options.ipc_write_options().map_err(|e| e.to_string());
         Self {
             dir,
@@ -117,7 +126,7 @@ impl RunWriter {
     pub fn append(&mut self, partition: u32, batches: &[RecordBatch]) -> Result<(), SpillError> {
         if self.failed {
             return Err(SpillError::WriterFailed {
-                dir: self.dir.path().to_path_buf(),
+                dir: self.dir.location().to_path_buf(),
             });
         }
         if self.dir.is_closed() {
@@ -127,7 +136,7 @@ impl RunWriter {
             Ok(options) => options.clone(),
             Err(reason) => {
                 return Err(SpillError::InvalidOptions {
-                    dir: self.dir.path().to_path_buf(),
+                    dir: self.dir.location().to_path_buf(),
                     reason: reason.clone(),
                 });
             }
@@ -135,7 +144,7 @@ impl RunWriter {
         let batches = self.conform(partition, batches)?;
         let start = Instant::now();
         let result = self.write_segment(partition, &batches, ipc_options);
-        add_time(&self.dir.counters.write_nanos, start.elapsed());
+        add_time(&self.dir.counters().write_nanos, start.elapsed());
         match result {
             Ok(segment) => {
                 self.segments.push(segment);
@@ -156,18 +165,18 @@ impl RunWriter {
     pub fn finish(mut self) -> Result<Vec<SegmentRef>, SpillError> {
         if self.failed {
             return Err(SpillError::WriterFailed {
-                dir: self.dir.path().to_path_buf(),
+                dir: self.dir.location().to_path_buf(),
             });
         }
         let start = Instant::now();
         let closed = self.close_current();
-        add_time(&self.dir.counters.write_nanos, start.elapsed());
+        add_time(&self.dir.counters().write_nanos, start.elapsed());
         closed?;
         if self.dir.is_closed() {
             return Err(self.dir.closed_error());
         }
         let segments = std::mem::take(&mut self.segments);
-        let counters = &self.dir.counters;
+        let counters = self.dir.counters();
         add(&counters.runs, 1);
         add(&counters.segments, segments.len() as u64);
         for segment in &segments {
@@ -189,7 +198,7 @@ impl RunWriter {
             .map(|batch| {
                 conform_batch(&self.schema, batch.clone()).map_err(|(source, _)| {
                     SpillError::SchemaMismatch {
-                        dir: self.dir.path().to_path_buf(),
+                        dir: self.dir.location().to_path_buf(),
                         partition,
                         source,
                     }
@@ -203,24 +212,12 @@ impl RunWriter {
         let Some(mut open) = self.current.take() else {
             return Ok(());
         };
-        let result = open.flush(&self.dir).and_then(|()| {
-            if self.options.sync_on_finish() {
-                self.dir
-                    .fs
-                    .sync(&open.file)
-                    .map_err(|e| self.io(&open.run.path, e))
-            } else {
-                Ok(())
-            }
-        });
+        let sync = self.options.sync_on_finish();
+        let result = open.flush().and_then(|()| open.sink.finish(sync));
         if result.is_err() {
             self.failed = true;
         }
         result
-    }
-
-    fn io(&self, path: &std::path::Path, error: std::io::Error) -> SpillError {
-        io_error(self.dir.path(), path, error)
     }
 
     /// The run's encoded schema message, encoded on first use.
@@ -231,7 +228,7 @@ impl RunWriter {
         let message =
             encode_schema_message(&self.schema, ipc_options.clone()).map_err(|source| {
                 SpillError::Arrow {
-                    path: self.dir.path().to_path_buf(),
+                    path: self.dir.location().to_path_buf(),
                     source,
                 }
             })?;
@@ -255,23 +252,18 @@ impl RunWriter {
             None => {
                 let record = encode_schema_record(schema_message).map_err(|reason| {
                     SpillError::InvalidOptions {
-                        dir: self.dir.path().to_path_buf(),
+                        dir: self.dir.location().to_path_buf(),
                         reason,
                     }
                 })?;
-                let path: PathBuf = self.dir.next_file_path();
-                let file = self
-                    .dir
-                    .fs
-                    .create_file(&path)
-                    .map_err(|e| self.io(&path, e))?;
+                let (path, sink) = self.dir.create_run()?;
                 let mut open = OpenFile {
                     run: Arc::new(RunFile::new(Arc::clone(&self.dir), path)),
-                    file,
+                    sink,
                     buf: Vec::with_capacity(WRITE_BUFFER),
                     pos: 0,
                 };
-                open.put(&self.dir, &record)?;
+                open.put(&record)?;
                 open
             }
         };
@@ -296,7 +288,7 @@ impl RunWriter {
             ipc_options
                 .try_with_compression(None)
                 .map_err(|e| SpillError::InvalidOptions {
-                    dir: self.dir.path().to_path_buf(),
+                    dir: self.dir.location().to_path_buf(),
                     reason: e.to_string(),
                 })?
         };
@@ -309,14 +301,14 @@ impl RunWriter {
             partition,
         };
         let coalesce_rows = self.options.coalesce_rows();
-        let dir = Arc::clone(&self.dir);
+        let written_here = self.dir.trusted();
         let schema_message = self.schema_message(&ipc_options)?;
         let open = self.file_for_next_segment(&schema_message)?;
         // a fresh encoder per segment: its dictionaries are written within it
         let encoder = StreamEncoder::try_new_with_options(&schema, ipc_options)
             .map_err(|e| arrow_error(open, e))?;
         let offset = open.pos;
-        let mut segment = SegmentWrite::start(open, &dir, encoder, header, schema_message.clone())?;
+        let mut segment = SegmentWrite::start(open, encoder, header, schema_message.clone())?;
         segment.write_batches(batches, &schema, coalesce_rows)?;
         let trailer = segment.finish()?;
         Ok(SegmentRef {
@@ -331,7 +323,7 @@ impl RunWriter {
                     rows: trailer.rows,
                     batches: trailer.batches,
                     checksum: trailer.crc,
-                    written_here: true,
+                    written_here,
                 },
                 memory_bytes,
             }),
@@ -352,7 +344,6 @@ fn distinct_bytes(batches: &[RecordBatch]) -> usize {
 /// batch, then the trailer, with the CRC32C accumulated on the way.
 struct SegmentWrite<'a> {
     open: &'a mut OpenFile,
-    dir: &'a SpillDir,
     encoder: StreamEncoder,
     /// The run's schema message, until the encoder's first output has been cut free of it.
     schema_to_strip: Option<Buffer>,
@@ -367,7 +358,6 @@ impl<'a> SegmentWrite<'a> {
     /// Writes the header.
     fn start(
         open: &'a mut OpenFile,
-        dir: &'a SpillDir,
         encoder: StreamEncoder,
         header: Header,
         schema_message: Buffer,
@@ -375,10 +365,9 @@ impl<'a> SegmentWrite<'a> {
         let offset = open.pos;
         let header = header.encode();
         let crc = crc32c::crc32c(&header);
-        open.put(dir, &header)?;
+        open.put(&header)?;
         Ok(Self {
             open,
-            dir,
             encoder,
             schema_to_strip: Some(schema_message),
             offset,
@@ -455,7 +444,7 @@ impl<'a> SegmentWrite<'a> {
             // the run's schema record has it; the segment is decoded with that
             buffers = strip_schema(buffers, &schema).map_err(|e| arrow_error(self.open, e))?;
         }
-        self.open.put_all(self.dir, &buffers, &mut self.crc)?;
+        self.open.put_all(&buffers, &mut self.crc)?;
         self.rows += batch.num_rows() as u64;
         self.batches += 1;
         Ok(())
@@ -466,7 +455,6 @@ impl<'a> SegmentWrite<'a> {
     fn finish(self) -> Result<Trailer, SpillError> {
         let Self {
             open,
-            dir,
             offset,
             crc,
             rows,
@@ -480,7 +468,7 @@ impl<'a> SegmentWrite<'a> {
             batches,
             crc: crc32c::crc32c_append(crc, &Trailer::covered(payload_len, rows, batches)),
         };
-        open.put(dir, &trailer.encode())?;
+        open.put(&trailer.encode())?;
         Ok(trailer)
     }
 }
@@ -494,14 +482,14 @@ fn arrow_error(open: &OpenFile, source: ArrowError) -> SpillError {
 
 impl OpenFile {
     /// Appends `bytes` to the file, through the write buffer if small.
-    fn put(&mut self, dir: &SpillDir, bytes: &[u8]) -> Result<(), SpillError> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), SpillError> {
         if bytes.len() >= WRITE_BUFFER / 4 {
             // large pieces (array buffers) skip the copy; keep the file in order
-            self.flush(dir)?;
-            self.write(dir, bytes)?;
+            self.flush()?;
+            self.write(bytes)?;
         } else {
             if self.buf.len() + bytes.len() > WRITE_BUFFER {
-                self.flush(dir)?;
+                self.flush()?;
             }
             self.buf.extend_from_slice(bytes);
         }
@@ -516,7 +504,6 @@ impl OpenFile {
     /// larger folios for them).
     fn put_all(
         &mut self,
-        dir: &SpillDir,
         pieces: &[arrow_buffer::Buffer],
         crc: &mut u32,
     ) -> Result<(), SpillError> {
@@ -524,7 +511,7 @@ impl OpenFile {
         if total < WRITE_BUFFER / 4 {
             for piece in pieces {
                 *crc = crc32c::crc32c_append(*crc, piece.as_slice());
-                self.put(dir, piece.as_slice())?;
+                self.put(piece.as_slice())?;
             }
             return Ok(());
         }
@@ -547,9 +534,7 @@ impl OpenFile {
                 *crc = crc32c::crc32c_append(*crc, piece.as_slice());
                 slices.push(IoSlice::new(piece.as_slice()));
             }
-            dir.fs
-                .write_all_vectored(&mut self.file, &mut slices)
-                .map_err(|e| io_error(dir.path(), &self.run.path, e))?;
+            self.sink.write_all_vectored(&mut slices)?;
             drop(slices);
             self.buf.clear();
             self.run.grew((pending + bytes) as u64);
@@ -559,10 +544,10 @@ impl OpenFile {
         Ok(())
     }
 
-    fn flush(&mut self, dir: &SpillDir) -> Result<(), SpillError> {
+    fn flush(&mut self) -> Result<(), SpillError> {
         if !self.buf.is_empty() {
             let buf = std::mem::take(&mut self.buf);
-            let result = self.write(dir, &buf);
+            let result = self.write(&buf);
             self.buf = buf;
             self.buf.clear();
             result?;
@@ -570,10 +555,8 @@ impl OpenFile {
         Ok(())
     }
 
-    fn write(&mut self, dir: &SpillDir, bytes: &[u8]) -> Result<(), SpillError> {
-        dir.fs
-            .write_all(&mut self.file, bytes)
-            .map_err(|e| io_error(dir.path(), &self.run.path, e))?;
+    fn write(&mut self, bytes: &[u8]) -> Result<(), SpillError> {
+        self.sink.write_all(bytes)?;
         self.run.grew(bytes.len() as u64);
         Ok(())
     }

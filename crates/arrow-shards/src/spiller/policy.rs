@@ -67,6 +67,8 @@ mod tests {
             max_round_bytes: 64 * MIB,
             segment_bytes: 4 * MIB,
             options: SpillOptions::default(),
+            local_quota: None,
+            overflow: None,
         }
     }
 

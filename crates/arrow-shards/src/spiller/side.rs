@@ -1,8 +1,9 @@
-//! The spill side of a buffer: its spill directory, its spill settings, and what waiting and
-//! refused writers need from the spiller (atomics, read by the spiller thread without a lock).
+//! The spill side of a buffer: its spill directory (and the overflow tier's counters), its
+//! spill settings, and what waiting and refused writers need from the spiller (atomics, read by
+//! the spiller thread without a lock).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use arrow_shards_spill::SpillDir;
 
@@ -20,6 +21,16 @@ pub(crate) struct SpillSide {
     /// The largest need of a refused `try_write` since the last round: the next round makes
     /// room for it, then forgets it (a `try_write` does not wait, so no guard can count it).
     pub(crate) requested: AtomicUsize,
+    /// This buffer's runs in the overflow tier (`SpillConfig::overflow`).
+    pub(crate) overflow: OverflowCounters,
+}
+
+/// This buffer's use of the overflow tier (the tier's own metrics may count other buffers).
+#[derive(Debug, Default)]
+pub(crate) struct OverflowCounters {
+    pub(crate) runs: AtomicU64,
+    pub(crate) bytes_written: AtomicU64,
+    pub(crate) write_nanos: AtomicU64,
 }
 
 /// Counts a waiting writer's need in [`SpillSide`] until the write returns or is dropped.
@@ -68,6 +79,7 @@ impl SpillSide {
             wake_pending: AtomicBool::new(false),
             waiting_need: AtomicUsize::new(0),
             requested: AtomicUsize::new(0),
+            overflow: OverflowCounters::default(),
         }
     }
 

@@ -23,8 +23,8 @@ use crate::common::{Written, batch, schema};
 use crate::harness::{check_outcome, entries, read_all, run_files, watchdog};
 
 /// A small tmpfs, unmounted on drop if this test mounted it.
-struct FullDisk {
-    path: PathBuf,
+pub(crate) struct FullDisk {
+    pub(crate) path: PathBuf,
     mounted_here: Option<tempfile::TempDir>,
 }
 
@@ -33,6 +33,27 @@ impl Drop for FullDisk {
         if let Some(dir) = &self.mounted_here {
             let _ = Command::new("umount").arg(dir.path()).status();
         }
+    }
+}
+
+/// Mounts a tmpfs of `size` (`4m`) on a new temporary directory: root only; the reason
+/// otherwise.
+pub(crate) fn mount_tmpfs(size: &str) -> Result<FullDisk, String> {
+    if !std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+        return Err("not root, so no tmpfs can be mounted".to_string());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir.path())
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(FullDisk {
+            path: dir.path().to_path_buf(),
+            mounted_here: Some(dir),
+        }),
+        Ok(s) => Err(format!("mount -t tmpfs failed ({s})")),
+        Err(e) => Err(format!("cannot run mount: {e}")),
     }
 }
 
@@ -49,25 +70,9 @@ fn full_disk() -> Option<FullDisk> {
             mounted_here: None,
         });
     }
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-    let why = if root {
-        let dir = tempfile::tempdir().unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
-            .arg(dir.path())
-            .status();
-        match status {
-            Ok(s) if s.success() => {
-                return Some(FullDisk {
-                    path: dir.path().to_path_buf(),
-                    mounted_here: Some(dir),
-                });
-            }
-            Ok(s) => format!("mount -t tmpfs failed ({s})"),
-            Err(e) => format!("cannot run mount: {e}"),
-        }
-    } else {
-        "not root, so no tmpfs can be mounted".to_string()
+    let why = match mount_tmpfs("4m") {
+        Ok(disk) => return Some(disk),
+        Err(why) => why,
     };
     let message = format!(
         "SKIPPED: full-disk test: ARROW_SHARDS_FULL_DISK is not set and {why}; mount a small \

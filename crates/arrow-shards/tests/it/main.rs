@@ -35,6 +35,7 @@ mod shared_pool;
 mod shutdown;
 mod small_budgets;
 mod small_shards;
+mod spill_tiers;
 mod spilling;
 mod subscribe;
 mod waiting;

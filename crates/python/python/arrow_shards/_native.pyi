@@ -121,6 +121,8 @@ class ShardBuffer:
         memory_pool: MemoryPool | None = None,
         spill: bool = True,
         spill_dir: str | os.PathLike[str] | None = None,
+        spill_to: str | None = None,
+        spill_quota: Size | None = None,
         compression: Literal["none", "lz4", "zstd"] | str = "none",
         write_timeout: float | datetime.timedelta | None = None,
         read_stall_timeout: float | datetime.timedelta | None = 60.0,

@@ -21,5 +21,7 @@ mod faults;
 mod format2;
 mod lifecycle;
 mod many_partitions;
+mod object_store;
 mod property;
+mod quota;
 mod round_trip;

@@ -23,6 +23,9 @@ class ShufflePlugin(WorkerPlugin):
     ``"dask"``: Dask's own P2P dtypes; see docs/dask.md). ``read_stall_timeout`` (seconds, a
     duration string such as ``"90s"``, or a ``timedelta``) is how long a read of a spilled
     segment may wait for memory with nothing released before it fails (default 60 s).
+    ``spill_to`` (``"s3://bucket/prefix"``) and ``spill_quota`` (a size): an object store
+    behind each buffer's local spill directory, used once that holds ``spill_quota`` bytes or
+    is full (as the ``ShardBuffer`` arguments of the same names).
     """
 
     name = PLUGIN_NAME
@@ -34,6 +37,8 @@ class ShufflePlugin(WorkerPlugin):
         spill_dir: str | None = None,
         output_dtypes: str | None = None,
         read_stall_timeout: Any = None,
+        spill_to: str | None = None,
+        spill_quota: str | int | None = None,
     ) -> None:
         check_distributed_version()
         if output_dtypes is not None and output_dtypes not in OUTPUT_DTYPES:
@@ -47,6 +52,8 @@ class ShufflePlugin(WorkerPlugin):
         self.output_dtypes = output_dtypes
         seconds(read_stall_timeout, "read_stall_timeout")  # raises if it is not a duration
         self.read_stall_timeout = read_stall_timeout
+        self.spill_to = spill_to
+        self.spill_quota = spill_quota
 
     def setup(self, worker: Any) -> None:
         check_distributed_version()
@@ -56,6 +63,8 @@ class ShufflePlugin(WorkerPlugin):
             spill_dir=self.spill_dir,
             output_dtypes=self.output_dtypes,
             read_stall_timeout=self.read_stall_timeout,
+            spill_to=self.spill_to,
+            spill_quota=self.spill_quota,
         )
         activate(worker, settings)
 

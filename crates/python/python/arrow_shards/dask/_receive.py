@@ -79,8 +79,12 @@ class ReceiveBuffer:
         compression: str,
         totals: Totals,
         read_stall_timeout: float | None = None,
+        spill_to: str | None = None,
+        spill_quota: str | int | None = None,
     ) -> None:
         self._num_partitions = num_partitions
+        self._spill_to = spill_to
+        self._spill_quota = spill_quota
         self._read_stall_timeout = read_stall_timeout
         self._pool = pool
         self._spill_root = spill_root
@@ -105,6 +109,8 @@ class ReceiveBuffer:
             spill_dir=self._spill_root,
             compression=self._compression,
             read_stall_timeout=self._read_stall_timeout,
+            spill_to=self._spill_to,
+            spill_quota=self._spill_quota,
         )
         with self._lock:
             closed = self._closed

@@ -4,7 +4,10 @@
 a fraction (``0.5``) of the worker's memory limit, or a size (``"2GiB"``, an ``int`` of bytes).
 ``compression`` is of spilled data (``"none"``, ``"lz4"``, ``"zstd"``, ``"zstd:LEVEL"``).
 ``spill-dir`` is where each run's private spill directory is made; ``None``: the worker's
-``local_directory``. ``output-dtypes`` is ``"dask"`` (output partitions have the dtypes Dask's
+``local_directory``. ``spill-to`` is an object store behind it (``"s3://bucket/prefix"``,
+credentials from the worker's ``AWS_*`` environment): each buffer's runs go there once its
+local spill directory holds ``spill-quota`` bytes (a size; ``None``: no quota) or is full.
+``output-dtypes`` is ``"dask"`` (output partitions have the dtypes Dask's
 own P2P gives) or ``"meta"`` (columns whose meta dtype is an Arrow dtype keep it instead of
 becoming Python objects; see ``_read``). ``read-stall-timeout`` is the buffers'
 ``read_stall_timeout``: how long a read of a spilled segment may wait for memory with nothing
@@ -26,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "spill-dir": None,
     "output-dtypes": "dask",
     "read-stall-timeout": None,
+    "spill-to": None,
+    "spill-quota": None,
 }
 
 #: The values ``output-dtypes`` takes.
@@ -41,6 +46,8 @@ class Settings:
     spill_dir: str | None
     output_dtypes: str = "dask"
     read_stall_timeout: Any = None
+    spill_to: str | None = None
+    spill_quota: str | int | None = None
 
     def __post_init__(self) -> None:
         if self.output_dtypes not in OUTPUT_DTYPES:
@@ -71,6 +78,8 @@ class Settings:
             spill_dir=get("spill-dir"),
             output_dtypes=get("output-dtypes"),
             read_stall_timeout=get("read-stall-timeout"),
+            spill_to=get("spill-to"),
+            spill_quota=get("spill-quota"),
         )
 
     def overridden(self, **given: Any) -> Settings:

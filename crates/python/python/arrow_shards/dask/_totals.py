@@ -16,6 +16,7 @@ COUNTERS = (
     "batches_written", "rows_written", "bytes_written", "batches_read", "rows_read",
     "partitions_read", "write_wait", "lock_wait", "bytes_spilled", "bytes_needed_to_target",
     "bytes_written_to_disk", "spill_runs", "spill_files", "spill_time", "spill_read_time",
+    "overflow_runs", "overflow_bytes_written", "overflow_spill_time",
 )
 #: Fields about the pool, not one buffer: taken from the worker's pool.
 POOL_FIELDS = frozenset({"peak_reserved", "pool_reserved", "memory_limit"})

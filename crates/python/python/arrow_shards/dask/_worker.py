@@ -46,6 +46,8 @@ class WorkerState:
             self.settings.compression,
             self.totals,
             read_stall_timeout=self.settings.read_stall_seconds(),
+            spill_to=self.settings.spill_to,
+            spill_quota=self.settings.spill_quota,
         )
         self.totals.run_started()
         with self._lock:
