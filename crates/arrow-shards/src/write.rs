@@ -1,8 +1,10 @@
 //! Writing batches: validation, charging the pool, waking the spiller, waiting for room.
 //!
-//! A write is checked (partition, schema) and sized outside the lock, then inserted under it in
-//! one step: a batch is either stored whole or not at all, so dropping an async `write` while it
-//! waits loses nothing and leaks no reservation. Waiting uses the pool's
+//! A write is checked (partition, schema) and sized outside the lock, then inserted in one
+//! synchronous attempt (`attempt`): with its handle's lane held, it is charged under the state
+//! lock, its rows copied into the lane outside it, and booked under it again (see
+//! [`crate::lanes`]). A batch is either stored whole or not at all, and no attempt spans an
+//! `.await`, so dropping an async `write` while it waits loses nothing and leaks no reservation. Waiting uses the pool's
 //! [`ReleaseSignal`](arrow_shards_memory::ReleaseSignal): take its epoch (or enable its `Notified`
 //! future), try, and wait only if the try failed, so no release is missed.
 //!
