@@ -98,7 +98,11 @@ impl Exchange {
             );
             let buffer = buffer.clone();
             tasks.spawn(async move {
-                match feed.run(partition).await {
+                // The feed's handle is dropped after its outcome is published (at the end of
+                // this task): dropping it hands its open batches to their partitions, which
+                // would wake outputs with rows before they could see an input's error.
+                let (_handle, result) = feed.run(partition).await;
+                match result {
                     Err(error) => {
                         let first = done_tx.send_if_modified(|outcome| {
                             let first = outcome.is_none();
@@ -235,15 +239,19 @@ impl Feed {
     /// Writes the input partition's non-empty batches with the buffer's own many-batch writes
     /// (`write_partitioned_all` for hash routing, `write_all` for round robin). An input or
     /// routing error ends the writes and is returned; a refused write is returned as the
-    /// buffer's error (its batch and the rest of the input are dropped with the query).
-    async fn run(self, partition: usize) -> Result<()> {
+    /// buffer's error (its batch and the rest of the input are dropped with the query). The
+    /// feed's buffer handle comes back with the outcome, for the caller to drop after it.
+    async fn run(self, partition: usize) -> (ShardBuffer, Result<()>) {
         let Feed {
             buffer,
             input,
             context,
             route,
         } = self;
-        let input = input.execute(partition, context)?;
+        let input = match input.execute(partition, context) {
+            Ok(input) => input,
+            Err(error) => return (buffer, Err(error)),
+        };
         let mut failed = None;
         let written = match route {
             Route::Hash(mut route) => {
@@ -265,10 +273,11 @@ impl Feed {
                     .map_err(|stopped| write_error(stopped.refused))
             }
         };
-        match failed {
+        let result = match failed {
             Some(error) => Err(error),
             None => written,
-        }
+        };
+        (buffer, result)
     }
 }
 
