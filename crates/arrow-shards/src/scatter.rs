@@ -24,7 +24,7 @@ use crate::compact::{CompactConfig, Direct};
 use crate::error::Error;
 use crate::grouping::{PartitionIds, RowsByPartition};
 use crate::route::{Route, Scatter, route_scattered};
-use crate::shard::{Grouped, Scattered, Sorted};
+use crate::shard::{Grouped, Parked, Scattered, Shard, Sorted};
 
 /// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`), groups the
 /// rows by partition and routes them ([`route_scattered`]): left where they are and tagged with
@@ -73,33 +73,124 @@ pub(crate) fn scatter_routed(
     };
     groups.sort(ids);
     let (ranges, order) = groups.into_parts();
-    let mut charge = MemoryReservation::new(pool);
-    let mut copied = Vec::new();
     let sorted = match order {
-        None => batch.clone(),
-        Some(order) => match take_record_batch(&batch, &UInt32Array::from(order)) {
-            Ok(sorted) => {
-                // The copy exists: charge it, past the limit if need be (a write that then does
-                // not fit waits with it charged, so the spiller makes room for it too). Only
-                // the buffers the gather made: those `take` shares with the batch as written
-                // (a dictionary's values) are the caller's.
-                copied = gathered(&batch, &sorted);
-                charge.grow(copied.iter().map(|a| a.capacity).sum());
-                sorted
-            }
-            Err(e) => return Err((Error::Arrow(Arc::new(e)), batch)),
+        None => Sorted {
+            batch: batch.clone(),
+            routes,
+            charge: MemoryReservation::new(pool),
+            copied: Vec::new(),
+            order: None,
+        },
+        Some(order) => match gather(&batch, UInt32Array::from(order), routes, pool, true) {
+            Ok(sorted) => sorted,
+            Err(e) => return Err((e, batch)),
         },
     };
     Ok(Scattered {
         original: batch,
-        rows: Grouped::Sorted(Sorted {
-            batch: sorted,
+        rows: Grouped::Sorted(sorted),
+        ranges,
+    })
+}
+
+/// Reorders `batch` by `order` with one `take` and, if `charged`, charges the copy, past the
+/// limit if need be: it exists. Only the buffers the gather made are charged: those `take`
+/// shares with the batch as written (a dictionary's values) are the caller's. (A copy goes
+/// uncharged only when an earlier try found it and the write's growth together above the
+/// whole limit, see `State::try_insert_sorted`.)
+fn gather(
+    batch: &RecordBatch,
+    order: UInt32Array,
+    routes: Vec<Route>,
+    pool: &Arc<dyn MemoryPool>,
+    charged: bool,
+) -> Result<Sorted, Error> {
+    let sorted = take_record_batch(batch, &order).map_err(|e| Error::Arrow(Arc::new(e)))?;
+    let copied = gathered(batch, &sorted);
+    let mut charge = MemoryReservation::new(pool);
+    if charged {
+        charge.grow(copied.iter().map(|a| a.capacity).sum());
+    }
+    Ok(Sorted {
+        batch: sorted,
+        routes,
+        charge,
+        copied,
+        order: Some(order),
+    })
+}
+
+/// Lets the reordered copy of a write that is about to wait for room go, with its charge: a
+/// waiting write holds no memory of the pool. Writers that waited holding their copies could
+/// fill the pool between them with nothing left to spill, each waiting for the others (seen
+/// with three producers under a 196 KiB limit). Returns the bytes of charge let go (0 for any
+/// other shard, returned as it is); [`unpark`] gathers the copy again before the next try.
+pub(crate) fn park(shard: Shard) -> (Shard, usize) {
+    let Shard::Scattered(scattered) = shard else {
+        return (shard, 0);
+    };
+    let Scattered {
+        original,
+        rows,
+        ranges,
+    } = *scattered;
+    let (rows, freed) = match rows {
+        Grouped::Sorted(Sorted {
+            order: Some(order),
             routes,
             charge,
             copied,
-        }),
+            ..
+        }) => {
+            // A charge given back by the insert (see `gather`) stays given back.
+            let charged = charge.size() > 0 || copied.is_empty();
+            let parked = Parked {
+                order,
+                routes,
+                charged,
+            };
+            (Grouped::Parked(parked), charge.size())
+        }
+        rows => (rows, 0),
+    };
+    let shard = Shard::Scattered(Box::new(Scattered {
+        original,
+        rows,
         ranges,
-    })
+    }));
+    (shard, freed)
+}
+
+/// Gathers a parked write's copy again (see [`park`]); the error hands the batch as written
+/// back. Any other shard is returned as it is.
+pub(crate) fn unpark(
+    shard: Shard,
+    pool: &Arc<dyn MemoryPool>,
+) -> Result<Shard, (Error, RecordBatch)> {
+    let Shard::Scattered(scattered) = shard else {
+        return Ok(shard);
+    };
+    let Scattered {
+        original,
+        rows,
+        ranges,
+    } = *scattered;
+    let rows = match rows {
+        Grouped::Parked(Parked {
+            order,
+            routes,
+            charged,
+        }) => match gather(&original, order, routes, pool, charged) {
+            Ok(sorted) => Grouped::Sorted(sorted),
+            Err(e) => return Err((e, original)),
+        },
+        rows => rows,
+    };
+    Ok(Shard::Scattered(Box::new(Scattered {
+        original,
+        rows,
+        ranges,
+    })))
 }
 
 /// The allocations of `sorted` (gathered from `batch`) that `batch` does not hold, by address.
@@ -265,19 +356,15 @@ mod tests {
         );
     }
 
+    /// Six rows scattered over 4 partitions with compaction off (reordered).
+    fn uncompacted(ids: &[u32], pool: &Arc<dyn MemoryPool>) -> Scattered {
+        scatter(batch(6), ids.into(), 4, None, &batch(0).schema(), pool).unwrap()
+    }
+
     #[test]
     fn the_reordered_copy_is_charged_until_it_is_dropped() {
         let pool: Arc<dyn MemoryPool> = Arc::new(arrow_shards_memory::BoundedPool::new(1 << 20));
-        let ids = [3u32, 0, 3, 1, 0, 3];
-        let s = scatter(
-            batch(6),
-            (&ids[..]).into(),
-            4,
-            None,
-            &batch(0).schema(),
-            &pool,
-        )
-        .unwrap();
+        let s = uncompacted(&[3, 0, 3, 1, 0, 3], &pool);
         let Grouped::Sorted(sorted) = &s.rows else {
             panic!("compaction off: reordered");
         };
@@ -286,15 +373,36 @@ mod tests {
         drop(s);
         assert_eq!(pool.reserved(), 0);
         // one partition: the batch as written, no copy, nothing charged
-        let s = scatter(
-            batch(6),
-            (&[1u32; 6][..]).into(),
-            4,
-            None,
-            &batch(0).schema(),
-            &pool,
-        );
-        assert_eq!((s.unwrap().ranges.len(), pool.reserved()), (1, 0));
+        let s = uncompacted(&[1; 6], &pool);
+        assert_eq!((s.ranges.len(), pool.reserved()), (1, 0));
+    }
+
+    #[test]
+    fn a_parked_write_holds_no_charge_and_gathers_the_same_rows_again() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(arrow_shards_memory::BoundedPool::new(1 << 20));
+        let s = uncompacted(&[3, 0, 3, 1, 0, 3], &pool);
+        let Grouped::Sorted(Sorted { batch: first, .. }) = &s.rows else {
+            panic!("compaction off: reordered");
+        };
+        let (first, charged) = (first.clone(), pool.reserved());
+        let (parked, freed) = park(Shard::Scattered(Box::new(s)));
+        assert_eq!((freed, pool.reserved()), (charged, 0));
+        let Shard::Scattered(again) = unpark(parked, &pool).unwrap() else {
+            panic!("still scattered");
+        };
+        let Grouped::Sorted(Sorted { batch: second, .. }) = &again.rows else {
+            panic!("gathered again");
+        };
+        assert_eq!(second, &first);
+        assert_eq!(pool.reserved(), charged);
+        // one partition: no copy to let go
+        let one = uncompacted(&[1; 6], &pool);
+        let (one, freed) = park(Shard::Scattered(Box::new(one)));
+        assert_eq!(freed, 0);
+        let Shard::Scattered(one) = one else {
+            panic!("still scattered");
+        };
+        assert!(matches!(one.rows, Grouped::Sorted(_)));
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub(crate) enum Grouped {
     /// Reordered so each partition's rows are one range, copied into its open batch or kept
     /// as a slice, as its route says.
     Sorted(Sorted),
+    /// A reordered batch whose copy was let go while its write waits for room
+    /// ([`crate::scatter::park`]); gathered again before the write's next try.
+    Parked(Parked),
     /// Left in place and copied row by row into the open batches, with these settings.
     Direct(Direct, CompactConfig),
 }
@@ -105,6 +108,19 @@ pub(crate) struct Sorted {
     pub(crate) charge: MemoryReservation,
     /// The allocations the gather made (not shared with the batch as written), by address.
     pub(crate) copied: Vec<Allocation>,
+    /// The gather's indices into the batch as written (`None`: the batch as written, one
+    /// partition), kept so that the copy can be let go while the write waits.
+    pub(crate) order: Option<UInt32Array>,
+}
+
+/// What a waiting reordered write keeps of its copy: the order to gather it again, 4 bytes a
+/// row, uncharged like the ids a scatter write is given and the tags of [`Grouped::Direct`].
+#[derive(Debug)]
+pub(crate) struct Parked {
+    pub(crate) order: UInt32Array,
+    pub(crate) routes: Vec<Route>,
+    /// Whether the copy is charged when gathered again.
+    pub(crate) charged: bool,
 }
 
 /// One write's rows on their way in.
@@ -150,15 +166,17 @@ impl Shard {
                     rows,
                     ranges,
                 } = *scattered;
-                let sorted = match rows {
-                    Grouped::Sorted(sorted) => sorted.batch,
-                    Grouped::Direct(direct, _) => {
-                        let order = UInt32Array::from(direct.order(&ranges));
-                        match take_record_batch(&original, &order) {
-                            Ok(sorted) => sorted,
-                            Err(e) => return Err((Error::Arrow(std::sync::Arc::new(e)), original)),
-                        }
-                    }
+                let order = match rows {
+                    Grouped::Sorted(sorted) => Err(sorted.batch),
+                    Grouped::Parked(parked) => Ok(parked.order),
+                    Grouped::Direct(direct, _) => Ok(UInt32Array::from(direct.order(&ranges))),
+                };
+                let sorted = match order {
+                    Err(sorted) => sorted,
+                    Ok(order) => match take_record_batch(&original, &order) {
+                        Ok(sorted) => sorted,
+                        Err(e) => return Err((Error::Arrow(std::sync::Arc::new(e)), original)),
+                    },
                 };
                 let parts = ranges
                     .iter()

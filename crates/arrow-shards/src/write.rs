@@ -6,7 +6,10 @@
 //! [`crate::lanes`]). A batch is either stored whole or not at all, and no attempt spans an
 //! `.await`, so dropping an async `write` while it waits loses nothing and leaks no reservation. Waiting uses the pool's
 //! [`ReleaseSignal`](arrow_shards_memory::ReleaseSignal): take its epoch (or enable its `Notified`
-//! future), try, and wait only if the try failed, so no release is missed.
+//! future), try, and wait only if the try failed, so no release is missed. A waiting write holds
+//! nothing of the pool: a scatter write that reordered its rows lets that copy go before it
+//! waits (`scatter::park`; its own release then must not wake it, so it takes the signal again
+//! and checks for room, `room_now`) and gathers it again at its next try.
 //!
 //! With spilling on, a write that does not fit wakes the spiller (saying how much it needs) and
 //! waits for it; once a spill has failed, a write that would have to wait gets that error with
@@ -30,7 +33,7 @@ use crate::buffer::ShardBuffer;
 use crate::error::{Error, WriteError};
 use crate::grouping::PartitionIds;
 use crate::route::{Route, route_batch};
-use crate::scatter::scatter;
+use crate::scatter::{park, scatter, unpark};
 use crate::schema_check::conform;
 use crate::shard::{Shard, Stored};
 use crate::spiller::Spiller;
@@ -53,8 +56,11 @@ enum Attempt {
 /// How a waiting write goes on after one step.
 enum Step {
     Done,
-    /// Wait for a release, then try again.
-    Wait(Shard),
+    /// Wait for a release, then try again. `Some(room)` if the write let its reordered copy
+    /// go (`scatter::park`): that release must not wake the writer itself, so the caller takes
+    /// the release signal again after it and first checks for `room` (the bytes the write
+    /// needs, its copy's included), lest a release before it be missed.
+    Wait(Shard, Option<usize>),
     /// Too large for the whole limit, or refused with nothing of this buffer's to free: to
     /// disk.
     Disk(Shard),
@@ -179,18 +185,27 @@ impl ShardBuffer {
             .write_timeout
             .map(|t| tokio::time::Instant::now() + t);
         let mut need = None;
+        let signal = self.shared.pool.release_signal();
         loop {
-            let notified = self.shared.pool.release_signal().notified();
+            let notified = signal.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            stored = match self.try_or_wait(partition, stored, &mut need)? {
-                Step::Wait(stored) => stored,
+            let (shard, parked) = match self.try_or_wait(partition, stored, &mut need)? {
+                Step::Wait(shard, parked) => (shard, parked),
                 Step::Done => return Ok(()),
                 Step::Disk(shard) => {
                     drop(need);
                     return self.write_direct_async(partition, shard).await;
                 }
             };
+            stored = shard;
+            if let Some(room) = parked {
+                notified.set(signal.notified());
+                notified.as_mut().enable();
+                if self.room_now(room) {
+                    continue;
+                }
+            }
             let waiting = Instant::now();
             let woken = match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline, notified).await.is_ok(),
@@ -228,15 +243,22 @@ impl ShardBuffer {
         let signal = self.shared.pool.release_signal();
         let mut need = None;
         loop {
-            let epoch = signal.epoch();
-            stored = match self.try_or_wait(partition, stored, &mut need)? {
-                Step::Wait(stored) => stored,
+            let mut epoch = signal.epoch();
+            let (shard, parked) = match self.try_or_wait(partition, stored, &mut need)? {
+                Step::Wait(shard, parked) => (shard, parked),
                 Step::Done => return Ok(()),
                 Step::Disk(shard) => {
                     drop(need);
                     return self.write_direct_blocking(partition, shard);
                 }
             };
+            stored = shard;
+            if let Some(room) = parked {
+                epoch = signal.epoch();
+                if self.room_now(room) {
+                    continue;
+                }
+            }
             let waiting = Instant::now();
             let woken = signal.wait_blocking(epoch, deadline);
             self.record_wait(waiting);
@@ -327,6 +349,9 @@ impl ShardBuffer {
     /// the whole limit goes to disk when the buffer spills, and is refused otherwise (the other
     /// way to disk, a buffer with nothing to spill, is decided in `may_wait`).
     fn attempt(&self, partition: u32, shard: Shard) -> Result<Attempt, WriteError> {
+        // A write that waited gathers its reordered copy again (`try_or_wait` let it go).
+        let shard = unpark(shard, &self.shared.pool)
+            .map_err(|(e, batch)| WriteError::new(partition, e, batch))?;
         let result = {
             let mut lane = self.shared.lock_lane(self.lane.get(&self.shared));
             let admitted = self.shared.lock().try_insert(&mut lane, partition, shard);
@@ -382,11 +407,16 @@ impl ShardBuffer {
                 error,
                 needed,
                 shard,
-            } => match self.may_wait(error, needed, need) {
-                Ok(Wait::Release) => Ok(Step::Wait(shard)),
-                Ok(Wait::Never) => Ok(Step::Disk(shard)),
-                Err(error) => Err(WriteError::new(partition, error, shard.into_batch())),
-            },
+            } => {
+                // A waiting write holds no charge: its reordered copy goes until the next try.
+                let (shard, copy) = park(shard);
+                let room = needed + copy;
+                match self.may_wait(error, room, need) {
+                    Ok(Wait::Release) => Ok(Step::Wait(shard, (copy > 0).then_some(room))),
+                    Ok(Wait::Never) => Ok(Step::Disk(shard)),
+                    Err(error) => Err(WriteError::new(partition, error, shard.into_batch())),
+                }
+            }
         }
     }
 
@@ -428,6 +458,18 @@ impl ShardBuffer {
             _ if self.shared.config.write_timeout.is_some() => Ok(Wait::Release),
             _ => Err(error),
         }
+    }
+
+    /// Whether the pool would give `bytes` now (asked by reserving them and giving them back):
+    /// a write that let its copy go checks this after taking the release signal, so a release
+    /// that came before is not missed.
+    fn room_now(&self, bytes: usize) -> bool {
+        let pool = &self.shared.pool;
+        let fits = pool.try_grow(bytes).is_ok();
+        if fits {
+            pool.shrink(bytes);
+        }
+        fits
     }
 
     fn wake_spiller_if_over_threshold(&self) {

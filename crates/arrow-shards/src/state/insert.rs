@@ -103,7 +103,7 @@ impl State {
                     &scattered.ranges,
                     config,
                 )),
-                Grouped::Sorted(_) => None,
+                Grouped::Sorted(_) | Grouped::Parked(_) => None,
             },
             Shard::Whole(_) => None,
         };
@@ -286,6 +286,7 @@ impl State {
         match rows {
             Grouped::Sorted(sorted) => self.try_insert_sorted(lane, sorted, ranges),
             Grouped::Direct(..) => Err(Error::Internal("a batch copied in place stored whole")),
+            Grouped::Parked(_) => Err(Error::Internal("a parked batch inserted before its gather")),
         }
     }
 
@@ -307,6 +308,7 @@ impl State {
             routes,
             charge,
             copied,
+            ..
         } = sorted;
         if routes.len() != ranges.len() {
             return Err(Error::Internal(

@@ -362,55 +362,70 @@ fn try_write_alone_gets_in_after_the_spill_round_its_refusal_asked_for() {
 }
 
 #[test]
-fn a_reordered_scatter_write_waiting_for_room_holds_its_copy_charged() {
+fn a_reordered_scatter_write_waiting_for_room_holds_no_charge() {
     // Compaction off: the scatter write reorders its batch (one gather) and keeps the slices.
-    // While it waits for room, that copy exists, so the pool must count it; dropping the
-    // write gives it back.
+    // A write that waits lets that copy go (and its charge), and gathers it again when it
+    // tries again: writers waiting with their copies charged could fill the pool between
+    // them, each waiting for the others with nothing left to spill.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let buffer = ShardBuffer::builder(ints(0..1).schema(), 2)
+    let buffer = ShardBuffer::builder(ints(0..1).schema(), 3)
         .with_memory_limit(64 << 10)
         .with_spill(false)
         .with_compact_target_rows(0)
         .with_write_timeout(Duration::from_secs(60))
         .build()
         .unwrap();
-    // 60 KB of the 64 KiB: the 8 KB scatter write does not fit
-    buffer.write_blocking(0, ints(0..7500)).unwrap();
+    // 60 KB of the 64 KiB in partition 2: an 8 KB scatter write does not fit
+    buffer.write_blocking(2, ints(0..7500)).unwrap();
     let pool = buffer.memory_pool().clone();
     let before = pool.reserved();
     let big = ints(10_000..11_000);
     let ids: Vec<u32> = (0..1000).map(|i| (i % 2) as u32).collect();
     rt.block_on(async {
-        let mut write = Box::pin(buffer.write_partitioned(big.clone(), &ids));
-        assert!(
-            futures::poll!(&mut write).is_pending(),
-            "the write must wait"
+        let mut writes: Vec<_> = (0..3)
+            .map(|_| Box::pin(buffer.write_partitioned(big.clone(), &ids)))
+            .collect();
+        for write in &mut writes {
+            assert!(
+                futures::poll!(write.as_mut()).is_pending(),
+                "the write must wait"
+            );
+        }
+        assert_eq!(
+            pool.reserved(),
+            before,
+            "three writes wait, none holding its reordered copy (1000 x 8 bytes) charged"
         );
-        let waiting = pool.reserved();
-        assert!(
-            waiting >= before + 8000,
-            "the reordered copy (1000 x 8 bytes) is charged while it waits: {before} -> {waiting}"
+        // room: the first gathers its copy again and lands
+        buffer.seal(2).unwrap();
+        drop(buffer.read(2).unwrap());
+        assert!(matches!(
+            futures::poll!(writes[0].as_mut()),
+            std::task::Poll::Ready(Ok(()))
+        ));
+        let landed = pool.reserved();
+        assert!(landed >= 8000, "the landed write's slices: {landed}");
+        drop(writes);
+        assert_eq!(
+            pool.reserved(),
+            landed,
+            "dropped waiting writes held nothing"
         );
-        drop(write);
     });
-    assert_eq!(
-        pool.reserved(),
-        before,
-        "a dropped write gives its copy's charge back"
-    );
-    // partition 0 read and sealed: the pool is empty, and a write refused under the lock (for
-    // the seal) gives its copy's charge back too
+    // partition 0 read and sealed: a write refused under the lock (for the seal) leaves no
+    // charge behind either
     buffer.seal(0).unwrap();
-    drop(buffer.read(0).unwrap());
-    assert_eq!(pool.reserved(), 0);
+    assert_eq!(buffer.read(0).unwrap().concat().unwrap().num_rows(), 500);
     let err = buffer.write_partitioned_blocking(big, &ids).unwrap_err();
     assert!(
         matches!(err.error(), Error::Sealed { partition: 0 }),
         "{err}"
     );
+    buffer.seal(1).unwrap();
+    assert_eq!(buffer.read(1).unwrap().concat().unwrap().num_rows(), 500);
     assert_eq!(pool.reserved(), 0);
     buffer.close().unwrap();
     assert_eq!(pool.reserved(), 0);
