@@ -144,31 +144,39 @@ impl State {
         let slot = &mut lane.slots[partition as usize];
         let needed = self.append_growth(slot, partition, batch, 0, rows, config);
         self.try_reserve(needed)?;
-        self.admitted(slot, partition, rows, config, needed)
+        self.admitted(needed, lane, [(partition, rows)], config)
     }
 
-    /// After the reservation of a copy of `len` rows into `partition`'s open batch in `slot`:
-    /// cuts it if it is full for them, makes a fresh one if there is none (its buffers allocate
-    /// at the copy), and holds `needed` in `copying`. On failure (only a bug) the reservation
-    /// is settled back.
+    /// After the reservation of `needed` bytes for a copy of rows into open batches of `lane`
+    /// (`len` rows into `partition`'s, for each of `targets`): holds `needed` in
+    /// `copying`, cuts each open batch that is full for its rows and makes a fresh one where
+    /// there is none (its buffers allocate at the copy), then settles once. `copying` is raised
+    /// before anything settles, so the reservation is never let go and grown back in between
+    /// (that released the write's room to the pool, for other writers to take, and woke every
+    /// waiting writer, once per write). On failure (only a bug) the reservation is settled
+    /// back.
     fn admitted(
         &mut self,
-        slot: &mut Slot,
-        partition: u32,
-        len: usize,
-        config: &CompactConfig,
         needed: usize,
+        lane: &mut Lane,
+        targets: impl IntoIterator<Item = (u32, usize)>,
+        config: &CompactConfig,
     ) -> Result<usize, Error> {
-        if let Err(e) = self.cut_if_full_for(slot, partition, len, config) {
-            self.settle();
-            return Err(e);
-        }
-        let start = &self.partitions[partition as usize].start;
-        slot.open
-            .get_or_insert_with(|| OpenBatch::new(&self.schema, start));
         self.copying += needed;
+        let mut opened = Ok(());
+        for (partition, len) in targets {
+            let slot = &mut lane.slots[partition as usize];
+            opened = self.cut_if_full_for(slot, partition, len, config);
+            if opened.is_err() {
+                self.copying -= needed;
+                break;
+            }
+            let start = &self.partitions[partition as usize].start;
+            slot.open
+                .get_or_insert_with(|| OpenBatch::new(&self.schema, start));
+        }
         self.settle();
-        Ok(needed)
+        opened.map(|()| needed)
     }
 
     /// Books a copy made outside the lock: drops its charge from `copying`, then, per range,
@@ -421,14 +429,8 @@ impl State {
             };
         }
         self.try_reserve(needed)?;
-        for &(partition, _, len) in ranges {
-            let slot = &mut lane.slots[partition as usize];
-            // `needed` is held once, for the whole batch, after the last range.
-            self.admitted(slot, partition, len, config, 0)?;
-        }
-        self.copying += needed;
-        self.settle();
-        Ok(needed)
+        let targets = ranges.iter().map(|&(partition, _, len)| (partition, len));
+        self.admitted(needed, lane, targets, config)
     }
 
     /// What appending `batch[start..start + len]` to `partition`'s open batch in `slot` would
