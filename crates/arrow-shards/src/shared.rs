@@ -64,15 +64,29 @@ impl Shared {
     /// Locks every lane, then the state, and runs `f` with them: for whoever needs the open
     /// batches of every producer (spill rounds, reads, takes, close). The state is let go
     /// (and subscribers woken) before the lanes.
+    ///
+    /// A lane registered after the snapshot of the registry was taken may have been charged
+    /// and booked before the state lock was had (its writer needs only its own lane and the
+    /// state): `f` would then miss its open batches (a spill round zeroed a partition's bytes
+    /// while such a lane still held an open batch of it). So once the state is held, the
+    /// registry is checked again, and the lanes are taken anew if it changed. A lane registered
+    /// after that holds nothing yet: its first charge needs the state.
     pub(crate) fn with_lanes<R>(&self, f: impl FnOnce(&mut State, Lanes<'_, '_>) -> R) -> R {
-        let cells = self.lanes.snapshot();
-        let mut lanes: Vec<MutexGuard<'_, Lane>> = cells.iter().map(|l| self.timed(l)).collect();
-        let result = {
+        loop {
+            let (generation, cells) = self.lanes.snapshot();
+            let mut lanes: Vec<MutexGuard<'_, Lane>> =
+                cells.iter().map(|l| self.timed(l)).collect();
             let mut state = self.lock();
-            f(&mut state, &mut lanes)
-        };
-        drop(lanes);
-        result
+            if self.lanes.generation() != generation {
+                drop(state);
+                drop(lanes);
+                continue;
+            }
+            let result = f(&mut state, &mut lanes);
+            drop(state);
+            drop(lanes);
+            return result;
+        }
     }
 
     /// Locks `mutex`, timing the wait into `lock_wait_nanos` if another thread holds it (an
@@ -110,28 +124,39 @@ impl Shared {
 /// A lane behind its mutex, shared by its handle and the registry.
 pub(crate) type LaneCell = Arc<Mutex<Lane>>;
 
-/// The lanes of a buffer, in the order they are locked together.
+/// The lanes of a buffer, in the order they are locked together, and a count of the changes
+/// to that list (so that [`Shared::with_lanes`] can tell that its snapshot is still the list).
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    lanes: Mutex<Vec<LaneCell>>,
+    lanes: Mutex<(u64, Vec<LaneCell>)>,
 }
 
 impl Registry {
-    fn list(&self) -> MutexGuard<'_, Vec<LaneCell>> {
+    fn list(&self) -> MutexGuard<'_, (u64, Vec<LaneCell>)> {
         self.lanes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The lanes registered now.
-    pub(crate) fn snapshot(&self) -> Vec<LaneCell> {
-        self.list().clone()
+    /// The lanes registered now, with the count of changes so far.
+    pub(crate) fn snapshot(&self) -> (u64, Vec<LaneCell>) {
+        let list = self.list();
+        (list.0, list.1.clone())
+    }
+
+    /// The count of changes so far.
+    pub(crate) fn generation(&self) -> u64 {
+        self.list().0
     }
 
     pub(crate) fn add(&self, lane: &LaneCell) {
-        self.list().push(Arc::clone(lane));
+        let mut list = self.list();
+        list.0 += 1;
+        list.1.push(Arc::clone(lane));
     }
 
     pub(crate) fn remove(&self, lane: &LaneCell) {
-        self.list().retain(|l| !Arc::ptr_eq(l, lane));
+        let mut list = self.list();
+        list.0 += 1;
+        list.1.retain(|l| !Arc::ptr_eq(l, lane));
     }
 }
 
