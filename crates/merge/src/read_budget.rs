@@ -49,13 +49,17 @@ struct Inner {
 
 /// The one overdraft, held while the segment it paid for is decoded and handed over.
 pub(crate) struct Overdraft {
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     pool: Arc<dyn MemoryPool>,
 }
 
 impl Drop for Overdraft {
     fn drop(&mut self) {
         // Readers waiting for room may now take the overdraft: wake them as a release would.
+        // The permit goes back first. A field is dropped only after this body: signalled before
+        // it, a reader could take the new epoch, still find the permit held, and wait for a
+        // release that had already come; with the writers done every reader waited so.
+        drop(self.permit.take());
         self.pool.release_signal().notify();
     }
 }
@@ -110,7 +114,7 @@ impl ReadBudget {
         Some((
             reservation,
             Some(Overdraft {
-                _permit: permit,
+                permit: Some(permit),
                 pool,
             }),
         ))
@@ -355,5 +359,61 @@ mod tests {
             drop(held);
         });
         assert!(budget.waited() > Duration::ZERO);
+    }
+
+    /// A pool that notes, each time its release signal is taken, whether the budget's
+    /// overdraft is free.
+    #[derive(Debug)]
+    struct Watching {
+        pool: BoundedPool,
+        budget: std::sync::OnceLock<ReadBudget>,
+        free_at_signal: std::sync::Mutex<Vec<usize>>,
+    }
+
+    impl MemoryPool for Watching {
+        fn try_grow(&self, bytes: usize) -> Result<(), arrow_shards_memory::MemoryExhausted> {
+            self.pool.try_grow(bytes)
+        }
+        fn grow(&self, bytes: usize) {
+            self.pool.grow(bytes)
+        }
+        fn shrink(&self, bytes: usize) {
+            self.pool.shrink(bytes)
+        }
+        fn reserved(&self) -> usize {
+            self.pool.reserved()
+        }
+        fn peak(&self) -> usize {
+            self.pool.peak()
+        }
+        fn limit(&self) -> Option<usize> {
+            self.pool.limit()
+        }
+        fn release_signal(&self) -> &arrow_shards_memory::ReleaseSignal {
+            if let Some(budget) = self.budget.get() {
+                let free = budget.inner.overdraft.available_permits();
+                self.free_at_signal.lock().unwrap().push(free);
+            }
+            self.pool.release_signal()
+        }
+    }
+
+    #[test]
+    fn the_overdraft_is_free_before_its_return_is_signalled() {
+        let watching = Arc::new(Watching {
+            pool: BoundedPool::new(100),
+            budget: std::sync::OnceLock::new(),
+            free_at_signal: std::sync::Mutex::new(Vec::new()),
+        });
+        let budget = ReadBudget::new(Duration::from_secs(60));
+        let pool: Arc<dyn MemoryPool> = watching.clone();
+        let (reservation, overdraft) = budget.reserve_blocking(&pool, 150).unwrap();
+        assert!(overdraft.is_some(), "150 bytes of 100 need the overdraft");
+        watching.budget.set(budget.clone()).unwrap();
+        drop(overdraft);
+        // A reader woken by the signal must find the overdraft free, or it waits for a release
+        // that already came.
+        assert_eq!(*watching.free_at_signal.lock().unwrap(), [1]);
+        drop(reservation);
     }
 }
