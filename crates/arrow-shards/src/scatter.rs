@@ -12,11 +12,11 @@
 //! the per-call costs of arrow's kernels are paid once per input batch, not once per tiny shard
 //! (see `docs/architecture.md`, "Small shards: compaction on write and the scatter write").
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
-use arrow_select::take::take_record_batch;
 use arrow_shards_memory::sizing::{Allocation, batch_allocations};
 use arrow_shards_memory::{MemoryPool, MemoryReservation};
 
@@ -24,7 +24,7 @@ use crate::compact::{CompactConfig, Direct};
 use crate::error::Error;
 use crate::grouping::{PartitionIds, RowsByPartition};
 use crate::route::{Route, Scatter, route_scattered};
-use crate::shard::{Grouped, Parked, Scattered, Shard, Sorted};
+use crate::shard::{Grouped, Parked, Scattered, Shard, Sorted, reorder};
 
 /// Checks `ids` (one per row of `batch`, no nulls, each below `num_partitions`), groups the
 /// rows by partition and routes them ([`route_scattered`]): left where they are and tagged with
@@ -105,7 +105,7 @@ fn gather(
     pool: &Arc<dyn MemoryPool>,
     charged: bool,
 ) -> Result<Sorted, Error> {
-    let sorted = take_record_batch(batch, &order).map_err(|e| Error::Arrow(Arc::new(e)))?;
+    let sorted = reorder(batch, &order)?;
     let copied = gathered(batch, &sorted);
     let mut charge = MemoryReservation::new(pool);
     if charged {
@@ -129,36 +129,30 @@ pub(crate) fn park(shard: Shard) -> (Shard, usize) {
     let Shard::Scattered(scattered) = shard else {
         return (shard, 0);
     };
-    let Scattered {
-        original,
-        rows,
-        ranges,
-    } = *scattered;
-    let (rows, freed) = match rows {
-        Grouped::Sorted(Sorted {
-            order: Some(order),
-            routes,
-            charge,
-            copied,
-            ..
-        }) => {
-            // A charge given back by the insert (see `gather`) stays given back.
-            let charged = charge.size() > 0 || copied.is_empty();
-            let parked = Parked {
-                order,
+    let mut freed = 0;
+    let parked = scattered.map_rows(|_, rows| {
+        Ok::<_, Infallible>(match rows {
+            Grouped::Sorted(Sorted {
+                order: Some(order),
                 routes,
-                charged,
-            };
-            (Grouped::Parked(parked), charge.size())
-        }
-        rows => (rows, 0),
-    };
-    let shard = Shard::Scattered(Box::new(Scattered {
-        original,
-        rows,
-        ranges,
-    }));
-    (shard, freed)
+                charge,
+                copied,
+                ..
+            }) => {
+                freed = charge.size();
+                // A charge given back by the insert (see `gather`) stays given back.
+                let charged = freed > 0 || copied.is_empty();
+                Grouped::Parked(Parked {
+                    order,
+                    routes,
+                    charged,
+                })
+            }
+            rows => rows,
+        })
+    });
+    let Ok(parked) = parked;
+    (Shard::Scattered(parked), freed)
 }
 
 /// Gathers a parked write's copy again (see [`park`]); the error hands the batch as written
@@ -170,27 +164,15 @@ pub(crate) fn unpark(
     let Shard::Scattered(scattered) = shard else {
         return Ok(shard);
     };
-    let Scattered {
-        original,
-        rows,
-        ranges,
-    } = *scattered;
-    let rows = match rows {
+    let gathered = scattered.map_rows(|original, rows| match rows {
         Grouped::Parked(Parked {
             order,
             routes,
             charged,
-        }) => match gather(&original, order, routes, pool, charged) {
-            Ok(sorted) => Grouped::Sorted(sorted),
-            Err(e) => return Err((e, original)),
-        },
-        rows => rows,
-    };
-    Ok(Shard::Scattered(Box::new(Scattered {
-        original,
-        rows,
-        ranges,
-    })))
+        }) => gather(original, order, routes, pool, charged).map(Grouped::Sorted),
+        rows => Ok(rows),
+    })?;
+    Ok(Shard::Scattered(gathered))
 }
 
 /// The allocations of `sorted` (gathered from `batch`) that `batch` does not hold, by address.

@@ -1,6 +1,8 @@
 //! What a write brings into the buffer: a whole batch to store as it is, a small batch to copy
 //! into its partition's open batch, or a batch scattered over many partitions.
 
+use std::sync::Arc;
+
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_select::take::take_record_batch;
 use arrow_shards_memory::MemoryReservation;
@@ -69,6 +71,11 @@ pub fn batch_cost(batch: &RecordBatch) -> usize {
     Stored::new(batch.clone()).cost()
 }
 
+/// `batch`'s rows in `order`, with one `take`: the reordering copy of a scatter write.
+pub(crate) fn reorder(batch: &RecordBatch, order: &UInt32Array) -> Result<RecordBatch, Error> {
+    take_record_batch(batch, order).map_err(|e| Error::Arrow(Arc::new(e)))
+}
+
 /// A batch whose rows go to many partitions, grouped by partition.
 #[derive(Debug)]
 pub(crate) struct Scattered {
@@ -79,6 +86,29 @@ pub(crate) struct Scattered {
     /// `(partition, start, len)`, ascending by partition, no empty range; `start` is the
     /// range's first row in the grouped order (a [`Grouped::Sorted`] batch).
     pub(crate) ranges: Vec<(u32, usize, usize)>,
+}
+
+impl Scattered {
+    /// Replaces how the rows reach their partitions by what `f` makes of them, given the batch
+    /// as written; the error hands that batch back.
+    pub(crate) fn map_rows<E>(
+        self: Box<Self>,
+        f: impl FnOnce(&RecordBatch, Grouped) -> Result<Grouped, E>,
+    ) -> Result<Box<Self>, (E, RecordBatch)> {
+        let Scattered {
+            original,
+            rows,
+            ranges,
+        } = *self;
+        match f(&original, rows) {
+            Ok(rows) => Ok(Box::new(Scattered {
+                original,
+                rows,
+                ranges,
+            })),
+            Err(e) => Err((e, original)),
+        }
+    }
 }
 
 /// The two ways a scattered batch's rows reach their partitions (see [`crate::scatter`] and
@@ -166,17 +196,16 @@ impl Shard {
                     rows,
                     ranges,
                 } = *scattered;
-                let order = match rows {
-                    Grouped::Sorted(sorted) => Err(sorted.batch),
-                    Grouped::Parked(parked) => Ok(parked.order),
-                    Grouped::Direct(direct, _) => Ok(UInt32Array::from(direct.order(&ranges))),
+                let sorted = match rows {
+                    Grouped::Sorted(sorted) => Ok(sorted.batch),
+                    Grouped::Parked(parked) => reorder(&original, &parked.order),
+                    Grouped::Direct(direct, _) => {
+                        reorder(&original, &UInt32Array::from(direct.order(&ranges)))
+                    }
                 };
-                let sorted = match order {
-                    Err(sorted) => sorted,
-                    Ok(order) => match take_record_batch(&original, &order) {
-                        Ok(sorted) => sorted,
-                        Err(e) => return Err((Error::Arrow(std::sync::Arc::new(e)), original)),
-                    },
+                let sorted = match sorted {
+                    Ok(sorted) => sorted,
+                    Err(e) => return Err((e, original)),
                 };
                 let parts = ranges
                     .iter()
