@@ -4,6 +4,10 @@
 
 use crate::config::{MIN_SPILL_ROUND_BYTES, SpillConfig};
 
+/// How far over the goal (a share of the band between threshold and target) a later round of
+/// a wake-up needs the pool to be, with no writer waiting, to go on (see [`to_free`]).
+pub(super) const CONTINUE_SHARE: (usize, usize) = (1, 4);
+
 /// What a round knows when it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Figures {
@@ -26,6 +30,12 @@ pub(super) struct Figures {
 ///   need is stale (it fits now and will stop waiting) or the limit that binds is not the one
 ///   the pool reports (a pool shared with other consumers, such as DataFusion's fair share,
 ///   refuses before its own limit): nothing else would wake that writer, so free its need.
+/// - A later round with no writer waiting goes on only while the pool is at least a quarter of
+///   the band between threshold and target over the goal ([`CONTINUE_SHARE`]). Producers keep
+///   writing while a round writes its run: without this, each later round spilled just what
+///   came in during the one before (2-4 MB under 256 MiB, measured), a run and a file each,
+///   and the pool hovered over the target; now the wake-up ends and the next one comes at the
+///   threshold, with a round the size of the band.
 /// - At most `max_round_bytes`, and at least [`MIN_SPILL_ROUND_BYTES`] (the floor: a round
 ///   that frees only one writer's few KiB makes runs of a few KiB) unless the cap is lower.
 pub(super) fn to_free(figures: &Figures, config: &SpillConfig) -> Option<usize> {
@@ -44,6 +54,11 @@ pub(super) fn to_free(figures: &Figures, config: &SpillConfig) -> Option<usize> 
         None if need > 0 => need,
         None => return None,
     };
+    let (share, of) = CONTINUE_SHARE;
+    let band = config.threshold_bytes.saturating_sub(config.target_bytes);
+    if !first && need == 0 && over < band / of * share {
+        return None;
+    }
     Some(
         over.min(config.max_round_bytes)
             .max(MIN_SPILL_ROUND_BYTES.min(config.max_round_bytes)),
@@ -88,6 +103,25 @@ mod tests {
         assert_eq!(
             to_free(&figures(79 * MIB, 0, false), &config()),
             Some(29 * MIB)
+        );
+    }
+
+    #[test]
+    fn a_later_round_goes_on_only_for_a_quarter_of_the_band_unless_a_writer_waits() {
+        // threshold 80 MiB, target 50 MiB: a later round needs 7.5 MiB over the target
+        assert_eq!(
+            to_free(&figures(57 * MIB, 0, false), &config()),
+            None,
+            "what came in during the last round waits for the threshold"
+        );
+        assert_eq!(
+            to_free(&figures(58 * MIB, 0, false), &config()),
+            Some(8 * MIB)
+        );
+        // a writer waiting for room is served whatever the amount
+        assert_eq!(
+            to_free(&figures(52 * MIB, MIB, false), &config()),
+            Some(2 * MIB)
         );
     }
 
