@@ -230,7 +230,7 @@ class ArrowShardsShuffleRun(DataFrameShuffleRun):
             ordered_table(tables),
             self._output_meta,
             self.column,
-            False,
+            drop_column=False,  # _output_meta has it dropped already
             arrow_dtypes=self._output_dtypes == "meta",
         )
 
